@@ -1,0 +1,26 @@
+# Two images, installed exactly as the README installs them.
+#   docker build --target gateway -t mmgate-gateway .   (slim: no torch, no vLLM)
+#   docker build --target engine  -t mmgate-engine  .   (on vLLM's GPU image)
+
+FROM python:3.11-slim AS gateway
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY protos protos
+COPY gateway gateway
+COPY multimodal multimodal
+COPY engine_server engine_server
+RUN pip install --no-cache-dir .
+USER nobody
+ENTRYPOINT ["mmgate"]
+CMD ["--help"]
+
+FROM vllm/vllm-openai:v0.32.0 AS engine
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY protos protos
+COPY gateway gateway
+COPY multimodal multimodal
+COPY engine_server engine_server
+RUN pip install --no-cache-dir ".[engine]"
+EXPOSE 50051
+ENTRYPOINT ["mmgate", "engine", "--host", "0.0.0.0", "--port", "50051"]

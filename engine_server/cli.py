@@ -1,0 +1,55 @@
+"""`mmgate engine`: a VllmEngine gRPC worker. Takes every vLLM engine argument."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+DESCRIPTION = """\
+Serve a model over the vllm.grpc.engine.VllmEngine gRPC protocol (the wire SMG speaks).
+Clients (the mmgate gateway, SMG, llm-d) send token ids and preprocessed multimodal
+tensors; the worker feeds vLLM's AsyncLLM directly, bypassing vLLM's HF processor.
+
+Without --model it serves a tiny random-weight chat model built locally (a demo).
+Every vLLM engine argument (--max-model-len, --dtype, --enforce-eager, ...) is accepted.
+"""
+
+
+def build_parser():
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="mmgate engine", description=DESCRIPTION)
+    group = parser.add_argument_group("mmgate engine server")
+    group.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    group.add_argument("--port", type=int, default=50051, help="port (default: %(default)s)")
+    group.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="seconds to let in-flight requests finish on SIGTERM (default: %(default)s)",
+    )
+    AsyncEngineArgs.add_cli_args(parser)
+    parser.set_defaults(model=None)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from engine_server.server import ServeOptions, serve
+
+    args = build_parser().parse_args(argv)
+    if args.model is None:
+        from engine_server.tiny_models import ensure_model
+
+        print("no --model given: serving the built-in tiny demo model", file=sys.stderr)
+        args.model = str(ensure_model("text"))
+        args.tokenizer = args.tokenizer or args.model
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options = ServeOptions(host=args.host, port=args.port, drain_timeout=args.drain_timeout)
+    asyncio.run(serve(AsyncEngineArgs.from_cli_args(args), options))
+    return 0

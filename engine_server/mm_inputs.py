@@ -1,0 +1,219 @@
+"""Preprocessed `MultimodalInputs` from the wire to a vLLM multimodal prompt, HF processor bypassed.
+
+The gateway (or SMG) already expanded the placeholders and computed every tensor; this module only
+checks that what arrived is self-consistent and lays it out the way vLLM's own processor would
+have: one field config per tensor (batched / flat with a sizes tensor / shared), placeholder
+ranges with an embedding mask when they hold structural tokens, and one hash per item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import blake3
+import torch
+from transformers import BatchFeature
+from vllm.inputs.engine import MultiModalInput, mm_input
+from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems, PlaceholderRange
+
+from engine_server.errors import InvalidRequest
+from engine_server.tensors import tensor_from_proto
+from protos import common_pb2
+
+PRIMARY_KEY = "pixel_values"
+
+
+@dataclass(frozen=True)
+class PixelContract:
+    """What the engine expects of encoder pixels; reported to clients by GetServerInfo."""
+
+    device_normalizes: bool  # vLLM's mm_device_do_normalize: raw uint8 in, normalized on device
+    model_dtype: torch.dtype  # float tensors are cast to it, as vLLM's processor output is
+
+
+@dataclass
+class _Batch:
+    modality: str
+    tensors: dict[str, torch.Tensor]
+    fields: dict[str, MultiModalFieldConfig]
+    placeholders: list[PlaceholderRange]
+    hashes: list[str]
+
+
+def build_mm_prompt(
+    prompt_ids: list[int], batches: Sequence, contract: PixelContract, text: str | None = None
+) -> MultiModalInput:
+    ids = torch.tensor(prompt_ids, dtype=torch.int64)
+    decoded = [_decode_batch(b, i, ids, contract) for i, b in enumerate(batches)]
+    hf_dict: dict[str, torch.Tensor] = {}
+    fields: dict[str, MultiModalFieldConfig] = {}
+    for batch in decoded:
+        clash = batch.tensors.keys() & hf_dict.keys()
+        if clash:
+            raise InvalidRequest(
+                f"extra_mm_inputs: tensors {sorted(clash)} appear in two batches; "
+                "send one batch per modality"
+            )
+        hf_dict.update(batch.tensors)
+        fields.update(batch.fields)
+    features = BatchFeature(hf_dict, tensor_type="pt")
+    mm_kwargs = MultiModalKwargsItems.from_hf_inputs(features, fields)
+    hashes = {b.modality: b.hashes or _content_hashes(mm_kwargs, b.modality) for b in decoded}
+    placeholders = {b.modality: b.placeholders for b in decoded}
+    _check_overlaps(placeholders)
+    return mm_input(prompt_ids, mm_kwargs, hashes, placeholders, prompt=text or None)
+
+
+def _decode_batch(batch, index: int, ids: torch.Tensor, contract: PixelContract) -> _Batch:
+    where = "mm_inputs" if index == 0 else f"extra_mm_inputs[{index - 1}]"
+    modality = "video" if batch.modality == common_pb2.VIDEO else "image"
+    if batch.modality not in (common_pb2.MODALITY_UNSPECIFIED, common_pb2.IMAGE, common_pb2.VIDEO):
+        raise InvalidRequest(f"{where}.modality: only image and video are supported")
+    num_items = len(batch.mm_placeholders)
+    if num_items == 0:
+        raise InvalidRequest(f"{where}.mm_placeholders: a multimodal batch needs one per item")
+    if not batch.HasField("pixel_values"):
+        raise InvalidRequest(f"{where}.pixel_values: missing (pixel-less batches need remote KV)")
+    primary = batch.encoder_input_key if batch.HasField("encoder_input_key") else PRIMARY_KEY
+    wire = {primary: tensor_from_proto(batch.pixel_values, f"{where}.pixel_values")}
+    for key, td in batch.model_specific_tensors.items():
+        if key == primary:
+            raise InvalidRequest(f"{where}.model_specific_tensors[{key!r}] repeats pixel_values")
+        wire[key] = tensor_from_proto(td, f"{where}.model_specific_tensors[{key!r}]")
+    _check_pixels(wire[primary], contract, f"{where}.pixel_values")
+    tensors = {_engine_key(k, modality): _to_model_dtype(t, contract) for k, t in wire.items()}
+    fields = _field_configs(batch, wire, modality, num_items, where)
+    if batch.mm_hashes and len(batch.mm_hashes) != num_items:
+        raise InvalidRequest(
+            f"{where}.mm_hashes: {len(batch.mm_hashes)} hashes for {num_items} placeholders"
+        )
+    return _Batch(
+        modality,
+        tensors,
+        {_engine_key(k, modality): f for k, f in fields.items()},
+        _placeholders(batch, ids, where),
+        list(batch.mm_hashes),
+    )
+
+
+def _engine_key(key: str, modality: str) -> str:
+    # vLLM's video encoders read `pixel_values_videos`; grids already carry video names.
+    return "pixel_values_videos" if modality == "video" and key == PRIMARY_KEY else key
+
+
+def _check_pixels(pixels: torch.Tensor, contract: PixelContract, field: str) -> None:
+    # The one way to corrupt outputs silently is to normalize twice (or never): refuse it.
+    if contract.device_normalizes and pixels.dtype != torch.uint8:
+        raise InvalidRequest(
+            f"{field}: this engine normalizes pixels on device (mm_device_do_normalize) and "
+            f"takes raw uint8 pixels, got {_wire_name(pixels.dtype)}"
+        )
+    if not contract.device_normalizes and not pixels.is_floating_point():
+        raise InvalidRequest(
+            f"{field}: this engine takes normalized float pixels (mm_device_do_normalize is off), "
+            f"got {_wire_name(pixels.dtype)}"
+        )
+
+
+def _wire_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _to_model_dtype(tensor: torch.Tensor, contract: PixelContract) -> torch.Tensor:
+    # Mirrors vLLM's processor post-processing, skipped when the processor is bypassed.
+    return tensor.to(contract.model_dtype) if tensor.is_floating_point() else tensor
+
+
+def _field_configs(
+    batch, wire: dict[str, torch.Tensor], modality: str, num_items: int, where: str
+) -> dict[str, MultiModalFieldConfig]:
+    batched = set(batch.batched_keys)
+    flat = dict(batch.flat_keys)
+    cpu = set(batch.keep_on_cpu_keys)
+    for key in batched | flat.keys() | cpu:
+        if key not in wire:
+            raise InvalidRequest(f"{where}: field layout names tensor {key!r}, which was not sent")
+    fields = {}
+    for key, tensor in wire.items():
+        on_cpu = key in cpu
+        if key in batched:
+            _check_batched(key, tensor, num_items, where)
+            fields[key] = MultiModalFieldConfig.batched(modality, keep_on_cpu=on_cpu)
+        elif key in flat:
+            sizes = _flat_sizes(key, flat[key], wire, batched, num_items, where)
+            fields[key] = MultiModalFieldConfig.flat_from_sizes(modality, sizes, keep_on_cpu=on_cpu)
+        else:
+            fields[key] = MultiModalFieldConfig.shared(modality, num_items, keep_on_cpu=on_cpu)
+    return fields
+
+
+def _check_batched(key: str, tensor: torch.Tensor, num_items: int, where: str) -> None:
+    if tensor.ndim == 0 or tensor.shape[0] != num_items:
+        raise InvalidRequest(
+            f"{where}: batched tensor {key!r} has shape {list(tensor.shape)}, "
+            f"expected first dimension {num_items} (one per placeholder)"
+        )
+
+
+def _flat_sizes(
+    key: str, sizes_key: str, wire: dict, batched: set[str], num_items: int, where: str
+) -> torch.Tensor:
+    if sizes_key not in wire:
+        raise InvalidRequest(f"{where}.flat_keys[{key!r}]: sizes tensor {sizes_key!r} was not sent")
+    if sizes_key not in batched:
+        raise InvalidRequest(
+            f"{where}.flat_keys[{key!r}]: sizes tensor {sizes_key!r} must be in batched_keys"
+        )
+    sizes = wire[sizes_key].flatten().to(torch.int64)
+    if sizes.numel() != num_items or sizes.sum().item() != wire[key].shape[0]:
+        raise InvalidRequest(
+            f"{where}.flat_keys[{key!r}]: sizes {sizes.tolist()} from {sizes_key!r} do not split "
+            f"{key!r} of first dimension {wire[key].shape[0]} into {num_items} items "
+            "(the sizes tensor must hold one row count per item)"
+        )
+    return sizes
+
+
+def _placeholders(batch, ids: torch.Tensor, where: str) -> list[PlaceholderRange]:
+    im_token_id = batch.im_token_id if batch.HasField("im_token_id") else None
+    ranges = []
+    for i, p in enumerate(batch.mm_placeholders):
+        if p.length == 0 or p.offset + p.length > ids.numel():
+            raise InvalidRequest(
+                f"{where}.mm_placeholders[{i}]: range ({p.offset}, {p.length}) lies outside "
+                f"the {ids.numel()} prompt tokens"
+            )
+        is_embed = None
+        if im_token_id is not None:
+            mask = ids[p.offset : p.offset + p.length] == im_token_id
+            if not mask.any():
+                raise InvalidRequest(
+                    f"{where}.mm_placeholders[{i}]: no token equals im_token_id {im_token_id}"
+                )
+            is_embed = None if mask.all() else mask
+        ranges.append(PlaceholderRange(offset=p.offset, length=p.length, is_embed=is_embed))
+    return ranges
+
+
+def _check_overlaps(placeholders: dict[str, list[PlaceholderRange]]) -> None:
+    spans = sorted((r.offset, r.offset + r.length) for rs in placeholders.values() for r in rs)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start < end:
+            raise InvalidRequest("mm_placeholders: placeholder ranges overlap")
+
+
+def _content_hashes(mm_kwargs: MultiModalKwargsItems, modality: str) -> list[str]:
+    # Without client hashes the encoder cache still needs a content key per item: hash what
+    # the encoder will see, so equal tensors share an entry and different ones never do.
+    hashes = []
+    for item in mm_kwargs[modality]:
+        hasher = blake3.blake3()
+        for key in sorted(item):
+            data = item[key].data
+            hasher.update(key.encode())
+            if isinstance(data, torch.Tensor):
+                hasher.update(str((data.dtype, tuple(data.shape))).encode())
+                hasher.update(data.contiguous().view(torch.uint8).numpy().tobytes())
+        hashes.append(hasher.hexdigest())
+    return hashes

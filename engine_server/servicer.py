@@ -1,0 +1,248 @@
+"""The VllmEngine gRPC service over vLLM's AsyncLLM (EngineClient)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from vllm import PoolingParams
+from vllm.inputs.engine import tokens_input
+
+from engine_server import model_info
+from engine_server.errors import InvalidRequest, status_for
+from engine_server.mm_inputs import PixelContract, build_mm_prompt
+from engine_server.outputs import final_responses, stream_responses
+from engine_server.sampling import (
+    kv_transfer_params_from_request,
+    sampling_params_from_proto,
+    truncate_prompt,
+)
+from engine_server.tokenizer_bundle import TokenizerBundle, chunks
+from protos import common_pb2
+from protos import vllm_engine_pb2 as pb
+from protos import vllm_engine_pb2_grpc as pb_grpc
+
+log = logging.getLogger("mmgate.engine")
+
+try:
+    from vllm.version import __version__ as VLLM_VERSION
+except ImportError:  # pragma: no cover
+    VLLM_VERSION = ""
+
+
+class EngineServicer(pb_grpc.VllmEngineServicer):
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.model_config = engine.model_config
+        self.contract = PixelContract(
+            device_normalizes=model_info.device_normalizes(self.model_config),
+            model_dtype=self.model_config.dtype,
+        )
+        self.start_time = time.time()
+        self.last_receive = 0.0
+        self.draining = False
+        # request id -> whether the engine has produced output for it (running vs waiting)
+        self.in_flight: dict[str, bool] = {}
+        self._bundle = TokenizerBundle(str(self.model_config.tokenizer or self.model_config.model))
+
+    # ---- generation ----
+
+    async def Generate(self, request: pb.GenerateRequest, context) -> AsyncIterator:
+        request_id = request.request_id or uuid.uuid4().hex
+        self._received(request_id)
+        try:
+            prompt = await self._prompt(request)
+            params = sampling_params_from_proto(
+                request.sampling_params,
+                stream=request.stream,
+                kv_transfer_params=kv_transfer_params_from_request(request),
+            )
+            want = (params.logprobs, params.prompt_logprobs)
+            seen: set[int] = set()
+            rank = request.data_parallel_rank if request.HasField("data_parallel_rank") else None
+            async for output in self.engine.generate(
+                prompt, params, request_id, data_parallel_rank=rank
+            ):
+                self.in_flight[request_id] = True
+                if request.stream:
+                    for response in stream_responses(output, seen, want):
+                        yield response
+                elif output.finished:
+                    for response in final_responses(output, want):
+                        yield response
+        except Exception as error:  # noqa: BLE001 - every failure becomes a status
+            await self._fail(context, "Generate", request_id, error)
+        finally:
+            self.in_flight.pop(request_id, None)
+
+    async def _prompt(self, request: pb.GenerateRequest) -> Any:
+        batches = [request.mm_inputs] if request.HasField("mm_inputs") else []
+        batches += list(request.extra_mm_inputs)
+        if request.HasField("media_refs"):
+            raise InvalidRequest(
+                "media_refs: this worker takes preprocessed mm_inputs only (mm_processor is off)"
+            )
+        kind = request.WhichOneof("input")
+        if kind is None:
+            raise InvalidRequest("input: set either tokenized or text")
+        if batches and kind != "tokenized":
+            raise InvalidRequest("mm_inputs: multimodal requests need tokenized input")
+        if batches:
+            return await asyncio.to_thread(self._mm_prompt, request.tokenized, batches, request)
+        tok_params = self._tok_params(request.sampling_params)
+        if kind == "text":
+            prompt: dict = {"prompt": request.text}
+        else:
+            if not request.tokenized.input_ids:
+                raise InvalidRequest("tokenized.input_ids: the prompt is empty")
+            prompt = {"prompt_token_ids": list(request.tokenized.input_ids)}
+            if request.tokenized.original_text:
+                prompt["prompt"] = request.tokenized.original_text
+        # vLLM's own renderer: the same truncation, vocabulary and context-length checks
+        # (and errors) as its OpenAI server applies to a completion prompt.
+        (engine_input,) = await self.engine.renderer.render_cmpl_async([prompt], tok_params)
+        return engine_input
+
+    def _tok_params(self, params: pb.SamplingParams) -> Any:
+        defaults = self.engine.renderer.default_cmpl_tok_params
+        if not params.HasField("truncate_prompt_tokens"):
+            return defaults
+        return dataclasses.replace(defaults, truncate_prompt_tokens=params.truncate_prompt_tokens)
+
+    def _mm_prompt(self, tokenized: pb.TokenizedInput, batches: list, request) -> Any:
+        ids = list(tokenized.input_ids)
+        max_len = self.model_config.max_model_len
+        if truncate_prompt(ids, request.sampling_params, max_len) != ids:
+            raise InvalidRequest(
+                "sampling_params.truncate_prompt_tokens would cut a multimodal prompt; "
+                "shorten the prompt or the media instead"
+            )
+        self._check_ids(ids)
+        return build_mm_prompt(ids, batches, self.contract, tokenized.original_text)
+
+    def _check_ids(self, ids: list[int]) -> None:
+        vocab = self.model_config.get_vocab_size()
+        if not ids:
+            raise InvalidRequest("tokenized.input_ids: the prompt is empty")
+        if max(ids) >= vocab:
+            raise InvalidRequest(
+                f"tokenized.input_ids: token id {max(ids)} is out of vocabulary (size {vocab})"
+            )
+        if len(ids) >= self.model_config.max_model_len:
+            raise InvalidRequest(
+                f"tokenized.input_ids: {len(ids)} prompt tokens leave no room to generate in "
+                f"the model's context of {self.model_config.max_model_len}"
+            )
+
+    async def Embed(self, request: pb.EmbedRequest, context) -> pb.EmbedResponse:
+        request_id = request.request_id or uuid.uuid4().hex
+        self._received(request_id)
+        try:
+            if not request.tokenized.input_ids:
+                raise InvalidRequest("tokenized.input_ids: the prompt is empty")
+            self._check_ids(list(request.tokenized.input_ids))
+            prompt = tokens_input(
+                list(request.tokenized.input_ids), prompt=request.tokenized.original_text or None
+            )
+            final = None
+            async for output in self.engine.encode(prompt, PoolingParams(task="embed"), request_id):
+                self.in_flight[request_id] = True
+                final = output
+            if final is None or not final.finished:
+                raise RuntimeError("the engine finished without an embedding")
+            vector = final.outputs.data.flatten().tolist()
+            return pb.EmbedResponse(
+                embedding=vector,
+                prompt_tokens=len(final.prompt_token_ids),
+                embedding_dim=len(vector),
+            )
+        except Exception as error:  # noqa: BLE001
+            await self._fail(context, "Embed", request_id, error)
+        finally:
+            self.in_flight.pop(request_id, None)
+
+    async def Abort(self, request: pb.AbortRequest, context) -> pb.AbortResponse:
+        if request.request_ids:
+            await self.engine.abort(list(request.request_ids))
+        return pb.AbortResponse()
+
+    # ---- state ----
+
+    async def HealthCheck(self, request, context) -> pb.HealthCheckResponse:
+        if self.engine.errored:
+            return pb.HealthCheckResponse(healthy=False, message="engine is dead")
+        if self.draining:
+            return pb.HealthCheckResponse(healthy=False, message="draining")
+        return pb.HealthCheckResponse(healthy=True, message="Healthy")
+
+    async def GetModelInfo(self, request, context) -> pb.GetModelInfoResponse:
+        return model_info.model_info(self.model_config, self.engine.tokenizer)
+
+    async def GetServerInfo(self, request, context) -> pb.GetServerInfoResponse:
+        state = {
+            "active_requests": len(self.in_flight),
+            "is_paused": await self.engine.is_paused(),
+            "last_receive_timestamp": self.last_receive,
+            "start_time": self.start_time,
+        }
+        return model_info.server_info(self.engine.vllm_config, state)
+
+    async def GetLoads(self, request, context) -> pb.GetLoadsResponse:
+        running = sum(self.in_flight.values())
+        waiting = len(self.in_flight) - running
+        return model_info.loads(self.engine, running, waiting, VLLM_VERSION)
+
+    async def GetTokenizer(self, request, context) -> AsyncIterator:
+        try:
+            data = await self._bundle.data()
+        except FileNotFoundError as error:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+        for chunk in chunks(data):
+            yield chunk
+
+    async def SubscribeKvEvents(self, request, context) -> AsyncIterator:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "KV cache events are not published by this worker"
+        )
+        yield common_pb2.KvEventBatch()  # pragma: no cover - makes this an async generator
+
+    # ---- admin ----
+
+    async def FlushCache(self, request, context) -> common_pb2.FlushCacheResponse:
+        ok = await self.engine.reset_prefix_cache()
+        message = "prefix cache flushed" if ok else "requests are running; cache not flushed"
+        return common_pb2.FlushCacheResponse(success=bool(ok), message=message)
+
+    async def StartProfile(self, request, context) -> common_pb2.ProfileResponse:
+        return await self._profile(self.engine.start_profile)
+
+    async def StopProfile(self, request, context) -> common_pb2.ProfileResponse:
+        return await self._profile(self.engine.stop_profile)
+
+    async def _profile(self, action) -> common_pb2.ProfileResponse:
+        try:
+            await action()
+        except Exception as error:  # noqa: BLE001 - profiler not configured, already running...
+            return common_pb2.ProfileResponse(success=False, message=str(error))
+        return common_pb2.ProfileResponse(success=True, message="ok")
+
+    # ---- helpers ----
+
+    def _received(self, request_id: str) -> None:
+        self.last_receive = time.time()
+        self.in_flight[request_id] = False
+
+    async def _fail(self, context, rpc: str, request_id: str, error: Exception) -> None:
+        code = status_for(error)
+        message = str(error) or type(error).__name__
+        if code == grpc.StatusCode.INTERNAL:
+            log.exception("%s %s failed", rpc, request_id)
+        else:
+            log.info("%s %s rejected (%s): %s", rpc, request_id, code.name, message)
+        await context.abort(code, message)

@@ -1,0 +1,37 @@
+"""The `mmgate` command: one entry point, a subcommand per job."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """\
+usage: mmgate <command> [options]
+
+commands:
+  engine   serve a model as a VllmEngine gRPC worker (vLLM behind it; any vLLM engine arg)
+  demo     build a tiny local model, start a worker on it and answer one Generate
+
+Run `mmgate <command> --help` for the options of each.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return 0
+    command, rest = args[0], args[1:]
+    if command == "engine":
+        from engine_server.cli import main as engine_main
+
+        return engine_main(rest)
+    if command == "demo":
+        from engine_server.demo import main as demo_main
+
+        return demo_main(rest)
+    print(f"mmgate: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

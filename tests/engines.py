@@ -1,0 +1,167 @@
+"""Real engines for tests: our worker as a subprocess (`mmgate engine`) and vLLM's AsyncLLM
+in-process as the reference, both on the same tiny local model with the same settings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from protos import vllm_engine_pb2 as pb
+from protos import vllm_engine_pb2_grpc as pb_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+# One process per engine, no compilation, small KV cache: ~10 s to ready on a CPU.
+ENGINE_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+MAX_MODEL_LEN = 1024
+ENGINE_KWARGS: dict[str, Any] = {
+    "max_model_len": MAX_MODEL_LEN,
+    "enforce_eager": True,
+    "distributed_executor_backend": "uni",
+    "seed": 0,
+    "dtype": "float32",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def engine_cli_args(kwargs: dict[str, Any]) -> list[str]:
+    args = []
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value is False:
+            args.append("--no-" + key.replace("_", "-"))
+        elif isinstance(value, dict):
+            args += [flag, json.dumps(value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+class WorkerProcess:
+    """`mmgate engine` in a subprocess; ready once HealthCheck answers healthy."""
+
+    def __init__(self, model: Path, log_path: Path, **extra: Any) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log_path = log_path
+        args = engine_cli_args({"model": str(model), **ENGINE_KWARGS, **extra})
+        cmd = [sys.executable, "-m", "gateway.cli", "engine", "--port", str(self.port), *args]
+        self._log = open(log_path, "w")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env={**os.environ, **ENGINE_ENV}, stdout=self._log, stderr=self._log
+        )
+
+    def wait_ready(self, timeout: float = 300.0) -> WorkerProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if self.stub().HealthCheck(pb.HealthCheckRequest(), timeout=2).healthy:
+                    return self
+            except grpc.RpcError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"worker not ready in {timeout}s:\n{self.log_tail()}")
+
+    def stub(self) -> pb_grpc.VllmEngineStub:
+        if not hasattr(self, "_channel"):
+            self._channel = grpc.insecure_channel(self.address)
+        return pb_grpc.VllmEngineStub(self._channel)
+
+    def log_tail(self, lines: int = 60) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+class ReferenceEngine:
+    """vLLM's AsyncLLM called directly, on a private event loop in a background thread."""
+
+    def __init__(self, model: Path, **extra: Any) -> None:
+        for key, value in ENGINE_ENV.items():
+            os.environ.setdefault(key, value)
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        args = AsyncEngineArgs(model=str(model), **{**ENGINE_KWARGS, **extra})
+
+        async def build() -> Any:
+            return AsyncLLM.from_engine_args(args)
+
+        self.llm = self.run(build())
+
+    def run(self, coro: Coroutine) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=300)
+
+    def generate(self, prompt: Any, params: Any, request_id: str) -> Any:
+        async def final() -> Any:
+            last = None
+            async for output in self.llm.generate(prompt, params, request_id):
+                last = output
+            return last
+
+        return self.run(final())
+
+    def embed(self, token_ids: list[int], request_id: str) -> list[float]:
+        from vllm import PoolingParams
+        from vllm.inputs.engine import tokens_input
+
+        async def final() -> Any:
+            last = None
+            async for output in self.llm.encode(
+                tokens_input(token_ids), PoolingParams(task="embed"), request_id
+            ):
+                last = output
+            return last
+
+        return self.run(final()).outputs.data.flatten().tolist()
+
+    def close(self) -> None:
+        self.llm.shutdown()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+def generate(stub: pb_grpc.VllmEngineStub, request: pb.GenerateRequest) -> list:
+    return list(stub.Generate(request, timeout=120))
+
+
+def python() -> str:
+    return sys.executable
