@@ -194,9 +194,11 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         return model_info.server_info(self.engine.vllm_config, state)
 
     async def GetLoads(self, request, context) -> pb.GetLoadsResponse:
-        running = sum(self.in_flight.values())
-        waiting = len(self.in_flight) - running
-        return model_info.loads(self.engine, running, waiting, VLLM_VERSION)
+        # The engine's own count of unfinished requests (n>1 samples count apiece), of which
+        # those that have not produced output yet are waiting.
+        total = self.engine.get_num_unfinished_requests()
+        waiting = min(sum(not started for started in self.in_flight.values()), total)
+        return model_info.loads(self.engine, total - waiting, waiting, VLLM_VERSION)
 
     async def GetTokenizer(self, request, context) -> AsyncIterator:
         try:

@@ -161,7 +161,9 @@ def test_stop_token_id_is_reported(text_worker, tokenizer):
     stop_id = free.output_ids[5]
     (done,) = completes(text_worker.stub().Generate(request(ids, stop_token_ids=[stop_id])))
     assert done.finish_reason == "stop" and done.matched_token_id == stop_id
-    assert list(done.output_ids) == list(free.output_ids[: list(free.output_ids).index(stop_id) + 1])
+    assert list(done.output_ids) == list(
+        free.output_ids[: list(free.output_ids).index(stop_id) + 1]
+    )
 
 
 def test_json_schema_is_honoured(text_worker, tokenizer):

@@ -1,0 +1,59 @@
+"""Embed on a pooling model equals AsyncLLM.encode on the same model (issue 2, item 4)."""
+
+from __future__ import annotations
+
+import math
+
+import grpc
+import pytest
+
+from protos import vllm_engine_pb2 as pb
+from tests.conftest import _worker
+from tests.engines import ReferenceEngine
+
+POOLING = {"runner": "pooling", "max_model_len": 512}
+TEXTS = ["the quick brown fox", "import os\nprint(os.getcwd())"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(embedding_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(embedding_model)
+
+
+@pytest.fixture(scope="module")
+def worker(embedding_model, tmp_path_factory):
+    yield from _worker(embedding_model, tmp_path_factory, "embed", **POOLING)
+
+
+@pytest.fixture(scope="module")
+def reference(embedding_model):
+    ref = ReferenceEngine(embedding_model, **POOLING)
+    yield ref
+    ref.close()
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_embed_equals_asyncllm_encode(worker, reference, tokenizer, text):
+    ids = tokenizer.encode(text)
+    reply = worker.stub().Embed(
+        pb.EmbedRequest(request_id=f"e-{text}", tokenized=pb.TokenizedInput(input_ids=ids))
+    )
+    expected = reference.embed(ids, f"ref-{text}")
+    assert reply.prompt_tokens == len(ids)
+    assert reply.embedding_dim == len(expected) == len(reply.embedding) == 128
+    assert all(math.isclose(a, b, abs_tol=1e-5) for a, b in zip(reply.embedding, expected))
+
+
+def test_embedding_model_reports_itself(worker):
+    info = worker.stub().GetModelInfo(pb.GetModelInfoRequest())
+    assert info.is_generation is False
+    assert info.max_context_length == 512
+
+
+def test_embed_rejects_empty_and_out_of_vocab(worker):
+    for ids in ([], [10**6]):
+        with pytest.raises(grpc.RpcError) as err:
+            worker.stub().Embed(pb.EmbedRequest(tokenized=pb.TokenizedInput(input_ids=ids)))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -1,0 +1,217 @@
+"""Preprocessed images through our worker give vLLM's own image-path output (issue 2, item 2).
+
+The tensors are computed here with transformers' processor (what vLLM runs internally), sent as
+`mm_inputs`, and the greedy tokens compared with AsyncLLM fed the raw images. Both pixel
+encodings: raw uint8 for an engine that normalizes on device (vLLM's default), normalized
+floats for one started with --no-mm-device-do-normalize.
+"""
+
+from __future__ import annotations
+
+import blake3
+import grpc
+import numpy as np
+import pytest
+from PIL import Image
+from vllm import SamplingParams
+
+from protos import common_pb2
+from protos import vllm_engine_pb2 as pb
+from tests.conftest import _worker
+from tests.engines import ReferenceEngine
+
+MM_LIMITS = {"image": 4, "video": 0}
+SIZES_KEY = "image_patches"  # per-image patch counts: the sizes tensor pixel_values is cut by
+
+
+def make_image(width: int, height: int, seed: int) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    gradient = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+    noise = rng.integers(0, 64, (height, width, 3)).astype(np.float32)
+    return Image.fromarray(np.clip(gradient + noise, 0, 255).astype(np.uint8), "RGB")
+
+
+CASES = {
+    "one-image": [make_image(120, 90, 1)],
+    "two-mixed-sizes": [make_image(200, 300, 2), make_image(64, 64, 3)],
+}
+
+
+@pytest.fixture(scope="module")
+def processor(vision_model):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(vision_model)
+
+
+@pytest.fixture(scope="module")
+def reference(vision_model):
+    ref = ReferenceEngine(vision_model, limit_mm_per_prompt=MM_LIMITS)
+    yield ref
+    ref.close()
+
+
+@pytest.fixture(scope="module")
+def uint8_worker(vision_model, tmp_path_factory):
+    yield from _worker(
+        vision_model, tmp_path_factory, "vision-uint8", limit_mm_per_prompt=MM_LIMITS
+    )
+
+
+@pytest.fixture(scope="module")
+def float_worker(vision_model, tmp_path_factory):
+    yield from _worker(
+        vision_model,
+        tmp_path_factory,
+        "vision-float",
+        limit_mm_per_prompt=MM_LIMITS,
+        mm_device_do_normalize=False,
+    )
+
+
+def chat_prompt(processor, images) -> str:
+    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": "Describe."}]
+    messages = [{"role": "user", "content": content}]
+    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def tensor(array: np.ndarray) -> pb.TensorData:
+    array = np.ascontiguousarray(array)
+    return pb.TensorData(inline=array.tobytes(), shape=list(array.shape), dtype=str(array.dtype))
+
+
+def mm_request(processor, images, raw_pixels: bool) -> pb.GenerateRequest:
+    text = chat_prompt(processor, images)
+    kwargs = {"do_rescale": False, "do_normalize": False} if raw_pixels else {}
+    out = processor(text=[text], images=images, return_tensors="np", **kwargs)
+    ids = [int(i) for i in out["input_ids"][0]]
+    grid = out["image_grid_thw"].astype(np.int64)
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    mm = pb.MultimodalInputs(
+        pixel_values=tensor(out["pixel_values"]),
+        model_specific_tensors={
+            "image_grid_thw": tensor(grid),
+            SIZES_KEY: tensor(grid.prod(axis=1)),
+        },
+        batched_keys=["image_grid_thw", SIZES_KEY],
+        flat_keys={"pixel_values": SIZES_KEY},
+        mm_placeholders=runs_of(ids, pad),
+        mm_hashes=[blake3.blake3(im.tobytes()).hexdigest() for im in images],
+        im_token_id=pad,
+        modality=common_pb2.IMAGE,
+    )
+    return pb.GenerateRequest(
+        request_id=f"mm-{len(images)}-{raw_pixels}",
+        tokenized=pb.TokenizedInput(input_ids=ids, original_text=text),
+        mm_inputs=mm,
+        sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True),
+    )
+
+
+def runs_of(ids: list[int], token: int) -> list[pb.PlaceholderRange]:
+    ranges, start = [], None
+    for i, t in enumerate([*ids, -1]):
+        if t == token and start is None:
+            start = i
+        elif t != token and start is not None:
+            ranges.append(pb.PlaceholderRange(offset=start, length=i - start))
+            start = None
+    return ranges
+
+
+def output_ids(worker, request: pb.GenerateRequest) -> list[int]:
+    (done,) = [r.complete for r in worker.stub().Generate(request, timeout=120)]
+    return list(done.output_ids)
+
+
+@pytest.fixture(scope="module")
+def expected(reference, processor) -> dict[str, list[int]]:
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    return {
+        name: list(
+            reference.generate(
+                {"prompt": chat_prompt(processor, images), "multi_modal_data": {"image": images}},
+                params,
+                f"ref-{name}",
+            )
+            .outputs[0]
+            .token_ids
+        )
+        for name, images in CASES.items()
+    }
+
+
+def test_workers_report_their_pixel_contract(uint8_worker, float_worker):
+    info = uint8_worker.stub().GetServerInfo(pb.GetServerInfoRequest())
+    assert info.mm_device_do_normalize is True
+    assert info.multimodal_encoder_dtype == "float32"
+    info = float_worker.stub().GetServerInfo(pb.GetServerInfoRequest())
+    assert info.mm_device_do_normalize is False
+    assert "image=4" in info.mm_item_limits
+    assert uint8_worker.stub().GetModelInfo(pb.GetModelInfoRequest()).supports_vision
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_uint8_pixels_equal_vllm_image_path(uint8_worker, processor, expected, case):
+    assert (
+        output_ids(uint8_worker, mm_request(processor, CASES[case], raw_pixels=True))
+        == expected[case]
+    )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_float_pixels_equal_vllm_image_path(float_worker, processor, expected, case):
+    assert (
+        output_ids(float_worker, mm_request(processor, CASES[case], raw_pixels=False))
+        == expected[case]
+    )
+
+
+def test_pixels_that_would_be_normalized_twice_are_refused(uint8_worker, float_worker, processor):
+    images = CASES["one-image"]
+    for worker, raw in ((uint8_worker, False), (float_worker, True)):
+        with pytest.raises(grpc.RpcError) as err:
+            output_ids(worker, mm_request(processor, images, raw_pixels=raw))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "mm_inputs.pixel_values" in err.value.details()
+        assert "normaliz" in err.value.details()
+
+
+def broken(processor, change) -> pb.GenerateRequest:
+    request = mm_request(processor, CASES["two-mixed-sizes"], raw_pixels=True)
+    change(request.mm_inputs, request)
+    return request
+
+
+BAD_INPUTS = {
+    "unknown dtype": (lambda mm, r: setattr(mm.pixel_values, "dtype", "float128"), "dtype"),
+    "bytes vs shape": (lambda mm, r: mm.pixel_values.shape.__setitem__(0, 7), "bytes"),
+    "placeholder outside prompt": (
+        lambda mm, r: setattr(mm.mm_placeholders[1], "offset", len(r.tokenized.input_ids)),
+        "outside",
+    ),
+    "flat key without sizes": (lambda mm, r: mm.model_specific_tensors.pop(SIZES_KEY), SIZES_KEY),
+    "sizes not batched": (lambda mm, r: mm.batched_keys.remove(SIZES_KEY), "batched_keys"),
+    "token id past vocab": (lambda mm, r: r.tokenized.input_ids.append(10**6), "vocab"),
+    "hash count": (lambda mm, r: mm.mm_hashes.append("x"), "mm_hashes"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_multimodal_input_is_invalid_argument(uint8_worker, processor, name):
+    change, mentions = BAD_INPUTS[name]
+    with pytest.raises(grpc.RpcError) as err:
+        output_ids(uint8_worker, broken(processor, change))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    assert mentions in err.value.details()
+    assert uint8_worker.stub().HealthCheck(pb.HealthCheckRequest()).healthy
+
+
+def test_the_pixels_reach_the_model(uint8_worker, processor, expected):
+    # Guards the equality tests above: were the image ignored, they would pass vacuously.
+    assert expected["one-image"] != expected["two-mixed-sizes"][: len(expected["one-image"])]
+    other = [make_image(120, 90, seed=99)]
+    assert (
+        output_ids(uint8_worker, mm_request(processor, other, raw_pixels=True))
+        != (expected["one-image"])
+    )
