@@ -219,3 +219,19 @@ def test_bad_input_is_invalid_argument_and_server_survives(text_worker, tokenize
     assert stub.HealthCheck(pb.HealthCheckRequest()).healthy
     (done,) = completes(stub.Generate(request(tokenizer.encode(PROMPTS[0]))))
     assert done.finish_reason == "length"
+
+
+def test_logit_bias_and_min_tokens_reach_the_engine(text_worker, tokenizer):
+    ids = tokenizer.encode(PROMPTS[0])
+    (done,) = completes(
+        text_worker.stub().Generate(request(ids, max_tokens=6, logit_bias={42: 100.0}))
+    )
+    assert list(done.output_ids) == [42] * 6
+    (free,) = completes(text_worker.stub().Generate(request(ids)))
+    first = free.output_ids[0]
+    (early,) = completes(text_worker.stub().Generate(request(ids, stop_token_ids=[first])))
+    assert len(early.output_ids) == 1
+    (held,) = completes(
+        text_worker.stub().Generate(request(ids, stop_token_ids=[first], min_tokens=5))
+    )
+    assert len(held.output_ids) >= 5

@@ -8,6 +8,8 @@ floats for one started with --no-mm-device-do-normalize.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import blake3
 import grpc
 import numpy as np
@@ -20,7 +22,7 @@ from protos import vllm_engine_pb2 as pb
 from tests.conftest import _worker
 from tests.engines import ReferenceEngine
 
-MM_LIMITS = {"image": 4, "video": 0}
+MM_LIMITS = {"image": 4, "video": 1}
 SIZES_KEY = "image_patches"  # per-image patch counts: the sizes tensor pixel_values is cut by
 
 
@@ -69,9 +71,9 @@ def float_worker(vision_model, tmp_path_factory):
     )
 
 
-def chat_prompt(processor, images) -> str:
-    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": "Describe."}]
-    messages = [{"role": "user", "content": content}]
+def chat_prompt(processor, images, videos=()) -> str:
+    parts = [{"type": "image"} for _ in images] + [{"type": "video"} for _ in videos]
+    messages = [{"role": "user", "content": [*parts, {"type": "text", "text": "Describe."}]}]
     return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
@@ -80,30 +82,46 @@ def tensor(array: np.ndarray) -> pb.TensorData:
     return pb.TensorData(inline=array.tobytes(), shape=list(array.shape), dtype=str(array.dtype))
 
 
-def mm_request(processor, images, raw_pixels: bool) -> pb.GenerateRequest:
-    text = chat_prompt(processor, images)
-    kwargs = {"do_rescale": False, "do_normalize": False} if raw_pixels else {}
-    out = processor(text=[text], images=images, return_tensors="np", **kwargs)
-    ids = [int(i) for i in out["input_ids"][0]]
-    grid = out["image_grid_thw"].astype(np.int64)
-    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
-    mm = pb.MultimodalInputs(
-        pixel_values=tensor(out["pixel_values"]),
-        model_specific_tensors={
-            "image_grid_thw": tensor(grid),
-            SIZES_KEY: tensor(grid.prod(axis=1)),
-        },
-        batched_keys=["image_grid_thw", SIZES_KEY],
-        flat_keys={"pixel_values": SIZES_KEY},
-        mm_placeholders=runs_of(ids, pad),
-        mm_hashes=[blake3.blake3(im.tobytes()).hexdigest() for im in images],
-        im_token_id=pad,
-        modality=common_pb2.IMAGE,
+def mm_batch(out, ids, media, modality: str) -> pb.MultimodalInputs:
+    """One modality's batch as the wire carries it, from the HF processor's output."""
+    video = modality == "video"
+    pixels = out["pixel_values_videos" if video else "pixel_values"]
+    grid_key, sizes_key = (
+        ("video_grid_thw", "video_patches") if video else ("image_grid_thw", SIZES_KEY)
     )
+    grid = out[grid_key].astype(np.int64)
+    pad = PAD_IDS[modality]
+    return pb.MultimodalInputs(
+        pixel_values=tensor(pixels),
+        model_specific_tensors={grid_key: tensor(grid), sizes_key: tensor(grid.prod(axis=1))},
+        batched_keys=[grid_key, sizes_key],
+        flat_keys={"pixel_values": sizes_key},
+        mm_placeholders=runs_of(ids, pad),
+        mm_hashes=[blake3.blake3(np.asarray(m).tobytes()).hexdigest() for m in media],
+        im_token_id=pad,
+        modality=common_pb2.VIDEO if video else common_pb2.IMAGE,
+    )
+
+
+PAD_IDS = {"image": 3005, "video": 3006}  # <|image_pad|>, <|video_pad|> in the tiny tokenizer
+
+
+def mm_request(processor, images, raw_pixels: bool, videos=()) -> pb.GenerateRequest:
+    text = chat_prompt(processor, images, videos)
+    kwargs = {"do_rescale": False, "do_normalize": False} if raw_pixels else {}
+    media = {"images": images} if images else {}
+    if videos:
+        media["videos"] = list(videos)
+    out = processor(text=[text], return_tensors="np", **media, **kwargs)
+    ids = [int(i) for i in out["input_ids"][0]]
+    batches = [mm_batch(out, ids, images, "image")] if images else []
+    if videos:
+        batches.append(mm_batch(out, ids, videos, "video"))
     return pb.GenerateRequest(
-        request_id=f"mm-{len(images)}-{raw_pixels}",
+        request_id=f"mm-{len(images)}-{len(videos)}-{raw_pixels}",
         tokenized=pb.TokenizedInput(input_ids=ids, original_text=text),
-        mm_inputs=mm,
+        mm_inputs=batches[0],
+        extra_mm_inputs=batches[1:],
         sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True),
     )
 
@@ -215,3 +233,51 @@ def test_the_pixels_reach_the_model(uint8_worker, processor, expected):
         output_ids(uint8_worker, mm_request(processor, other, raw_pixels=True))
         != (expected["one-image"])
     )
+
+
+def test_shared_memory_pixels_equal_inline(uint8_worker, processor, expected, tmp_path):
+    request = mm_request(processor, CASES["one-image"], raw_pixels=True)
+    pixels = request.mm_inputs.pixel_values
+    name = f"mmgate-test-{id(request)}"
+    path = Path("/dev/shm") / name
+    path.write_bytes(b"pad" + pixels.inline)
+    handle = common_pb2.ShmHandle(name=name, offset=3, nbytes=len(pixels.inline))
+    request.mm_inputs.pixel_values.shm.CopyFrom(handle)
+    assert request.mm_inputs.pixel_values.WhichOneof("payload") == "shm"
+    assert output_ids(uint8_worker, request) == expected["one-image"]
+    assert not path.exists(), "the worker unlinks a segment it has read"
+
+
+def test_shared_memory_symlinks_and_traversal_are_refused(uint8_worker, processor, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"x" * 100)
+    link = Path("/dev/shm") / f"mmgate-link-{id(secret)}"
+    link.symlink_to(secret)
+    try:
+        for name in (link.name, "../etc/passwd"):
+            request = mm_request(processor, CASES["one-image"], raw_pixels=True)
+            size = len(request.mm_inputs.pixel_values.inline)
+            request.mm_inputs.pixel_values.shm.CopyFrom(
+                common_pb2.ShmHandle(name=name, offset=0, nbytes=size)
+            )
+            with pytest.raises(grpc.RpcError) as err:
+                output_ids(uint8_worker, request)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "shared-memory" in err.value.details()
+        assert secret.exists() and link.is_symlink()
+    finally:
+        link.unlink()
+
+
+def test_image_and_video_in_one_request(uint8_worker, reference, processor):
+    images = CASES["one-image"]
+    frames = np.random.default_rng(5).integers(0, 255, (4, 56, 84, 3), dtype=np.uint8)
+    request = mm_request(processor, images, raw_pixels=True, videos=[frames])
+    assert request.extra_mm_inputs[0].modality == common_pb2.VIDEO
+    prompt = {
+        "prompt": chat_prompt(processor, images, [frames]),
+        "multi_modal_data": {"image": images, "video": frames},
+    }
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    want = list(reference.generate(prompt, params, "ref-video").outputs[0].token_ids)
+    assert output_ids(uint8_worker, request) == want
