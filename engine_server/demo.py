@@ -37,6 +37,7 @@ def main(argv: list[str]) -> int:
     # Small and quick on a CPU: one process, no compilation, 1 GiB of KV cache.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     return asyncio.run(_demo(args))
 
 

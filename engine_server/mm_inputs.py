@@ -8,7 +8,7 @@ ranges with an embedding mask when they hold structural tokens, and one hash per
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import blake3
@@ -41,8 +41,15 @@ class _Batch:
     hashes: list[str]
 
 
+SlotCheck = Callable[[MultiModalKwargsItems, dict[str, list[PlaceholderRange]]], None]
+
+
 def build_mm_prompt(
-    prompt_ids: list[int], batches: Sequence, contract: PixelContract, text: str | None = None
+    prompt_ids: list[int],
+    batches: Sequence,
+    contract: PixelContract,
+    text: str | None = None,
+    check_slots: SlotCheck | None = None,
 ) -> MultiModalInput:
     ids = torch.tensor(prompt_ids, dtype=torch.int64)
     decoded = [_decode_batch(b, i, ids, contract) for i, b in enumerate(batches)]
@@ -62,6 +69,8 @@ def build_mm_prompt(
     hashes = {b.modality: b.hashes or _content_hashes(mm_kwargs, b.modality) for b in decoded}
     placeholders = {b.modality: b.placeholders for b in decoded}
     _check_overlaps(placeholders)
+    if check_slots is not None:
+        check_slots(mm_kwargs, placeholders)
     return mm_input(prompt_ids, mm_kwargs, hashes, placeholders, prompt=text or None)
 
 

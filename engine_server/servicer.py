@@ -17,6 +17,7 @@ from vllm.inputs.engine import tokens_input
 from engine_server import model_info
 from engine_server.errors import InvalidRequest, status_for
 from engine_server.mm_inputs import PixelContract, build_mm_prompt
+from engine_server.mm_slots import EmbeddingSlots
 from engine_server.outputs import final_responses, stream_responses
 from engine_server.sampling import (
     kv_transfer_params_from_request,
@@ -44,6 +45,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             device_normalizes=model_info.device_normalizes(self.model_config),
             model_dtype=self.model_config.dtype,
         )
+        self.slots = EmbeddingSlots(engine)
         self.start_time = time.time()
         self.last_receive = 0.0
         self.draining = False
@@ -124,7 +126,9 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
                 "shorten the prompt or the media instead"
             )
         self._check_ids(ids)
-        return build_mm_prompt(ids, batches, self.contract, tokenized.original_text)
+        return build_mm_prompt(
+            ids, batches, self.contract, tokenized.original_text, self.slots.check
+        )
 
     def _check_ids(self, ids: list[int]) -> None:
         vocab = self.model_config.get_vocab_size()

@@ -169,3 +169,21 @@ def test_sigterm_drains_in_flight_requests(text_model, tmp_path):
         assert worker.proc.wait(timeout=60) == 0
     finally:
         worker.stop()
+
+
+def test_cached_prompt_tokens_are_reported(text_worker):
+    stub = text_worker.stub()
+    block = stub.GetServerInfo(pb.GetServerInfoRequest()).block_size
+    ids = list(range(100, 100 + 3 * block))
+
+    def run(request_id: str) -> pb.GenerateComplete:
+        request = pb.GenerateRequest(
+            request_id=request_id,
+            tokenized=pb.TokenizedInput(input_ids=ids),
+            sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=2),
+        )
+        (done,) = [r.complete for r in stub.Generate(request)]
+        return done
+
+    run("cache-warm")
+    assert run("cache-hit").cached_tokens >= 2 * block

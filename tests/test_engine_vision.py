@@ -212,6 +212,17 @@ BAD_INPUTS = {
     "sizes not batched": (lambda mm, r: mm.batched_keys.remove(SIZES_KEY), "batched_keys"),
     "token id past vocab": (lambda mm, r: r.tokenized.input_ids.append(10**6), "vocab"),
     "hash count": (lambda mm, r: mm.mm_hashes.append("x"), "mm_hashes"),
+    # Without im_token_id a widened range claims one embedding too many: this used to kill
+    # vLLM's engine core; the worker now refuses it before admission.
+    "embedding slots": (
+        lambda mm, r: (
+            mm.ClearField("im_token_id"),
+            mm.mm_placeholders[0].MergeFrom(
+                pb.PlaceholderRange(length=mm.mm_placeholders[0].length + 1)
+            ),
+        ),
+        "embedding positions",
+    ),
 }
 
 
@@ -281,3 +292,15 @@ def test_image_and_video_in_one_request(uint8_worker, reference, processor):
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     want = list(reference.generate(prompt, params, "ref-video").outputs[0].token_ids)
     assert output_ids(uint8_worker, request) == want
+
+
+def test_structural_tokens_in_the_range_are_masked_by_im_token_id(
+    uint8_worker, processor, expected
+):
+    # Widen each range over the <|vision_end|> that follows it: with im_token_id set only the
+    # pad positions take image embeddings, so the output must not change. (The start stays put:
+    # Qwen2-VL's M-RoPE positions are computed from each range's offset.)
+    request = mm_request(processor, CASES["two-mixed-sizes"], raw_pixels=True)
+    for p in request.mm_inputs.mm_placeholders:
+        p.length += 1
+    assert output_ids(uint8_worker, request) == expected["two-mixed-sizes"]
