@@ -236,6 +236,23 @@ def test_bad_multimodal_input_is_invalid_argument(uint8_worker, processor, name)
     assert uint8_worker.stub().HealthCheck(pb.HealthCheckRequest()).healthy
 
 
+def test_items_over_the_engine_limit_are_refused(uint8_worker, processor):
+    images = [make_image(56, 56, seed) for seed in range(MM_LIMITS["image"] + 1)]
+    with pytest.raises(grpc.RpcError) as err:
+        output_ids(uint8_worker, mm_request(processor, images, raw_pixels=True))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "limit" in err.value.details()
+
+
+def test_multimodal_input_to_a_text_model_is_refused(text_worker, processor):
+    request = mm_request(processor, CASES["one-image"], raw_pixels=True)
+    with pytest.raises(grpc.RpcError) as err:
+        output_ids(text_worker, request)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "no multimodal input" in err.value.details()
+    assert text_worker.stub().HealthCheck(pb.HealthCheckRequest()).healthy
+
+
 def test_the_pixels_reach_the_model(uint8_worker, processor, expected):
     # Guards the equality tests above: were the image ignored, they would pass vacuously.
     assert expected["one-image"] != expected["two-mixed-sizes"][: len(expected["one-image"])]
