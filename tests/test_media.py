@@ -35,12 +35,12 @@ from multimodal.errors import (
 from multimodal.media import (
     LoadedImage,
     MediaPolicy,
-    _refusal,
     create_http_client,
     decode_image,
     load_image,
     load_images,
 )
+from multimodal.net_guard import _refusal
 
 # --------------------------------------------------------------------------------------------
 # Test images (generated, never committed)
