@@ -1,0 +1,175 @@
+"""multimodal.resize must give exactly torchvision's uint8 CPU resize (HF torchvision backend)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from multimodal.resize import axis_weights, resize
+
+torch = pytest.importorskip("torch")
+tvf = pytest.importorskip("torchvision.transforms.v2.functional")
+from torchvision.transforms import InterpolationMode  # noqa: E402
+
+METHODS = ["bicubic", "bilinear"]
+MODES = {"bicubic": InterpolationMode.BICUBIC, "bilinear": InterpolationMode.BILINEAR}
+
+
+def torchvision_resize(image: np.ndarray, height: int, width: int, method: str) -> np.ndarray:
+    """What an HF processor computes: contiguous uint8 CHW tensor, antialias=True."""
+    chw = torch.from_numpy(image).permute(2, 0, 1)
+    if not (height == width == 1 and image.shape[2] == 3):
+        chw = chw.contiguous()
+    # else: torch trips an internal assert (UpSampleKernelAVXAntialias.h) for a contiguous
+    # 3-channel tensor resized to 1x1; the channels-last view takes the same kernel.
+    out = tvf.resize(chw, [height, width], interpolation=MODES[method], antialias=True)
+    return out.permute(1, 2, 0).numpy()
+
+
+def assert_same(image: np.ndarray, height: int, width: int, method: str) -> None:
+    ours = resize(image, height, width, method)
+    ref = torchvision_resize(image, height, width, method)
+    assert ours.shape == ref.shape == (height, width, image.shape[2])
+    assert ours.dtype == np.uint8
+    if not np.array_equal(ours, ref):
+        diff = np.abs(ours.astype(int) - ref.astype(int))
+        pytest.fail(
+            f"{image.shape} -> {(height, width)} {method}: {np.count_nonzero(diff)} pixels "
+            f"differ, max {diff.max()}"
+        )
+
+
+def noise(height: int, width: int, channels: int = 3, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, channels), np.uint8)
+
+
+# (input HxW, output HxW)
+DOWNSCALES = [
+    ((960, 1280), (924, 1232)),  # Qwen smart_resize with a large max_pixels
+    ((960, 1280), (336, 448)),
+    ((960, 1280), (840, 1148)),  # Qwen2-VL default max_pixels
+    ((1080, 1920), (336, 597)),  # CLIP shortest_edge=336
+    ((1000, 1500), (500, 750)),  # exactly 2x
+    ((900, 900), (300, 300)),  # exactly 3x
+    ((700, 900), (101, 129)),  # ~7x: p > 16, float64 path
+    ((2000, 300), (40, 290)),  # 50x on one axis
+]
+UPSCALES = [
+    ((23, 37), (56, 56)),
+    ((50, 100), (476, 644)),
+    ((28, 28), (56, 84)),
+    ((3, 2), (200, 150)),
+]
+MIXED = [
+    ((480, 640), (476, 644)),  # Pillow differs by up to 22 here (pass order)
+    ((100, 300), (300, 100)),
+    ((640, 48), (60, 500)),
+]
+EDGES = [
+    ((64, 48), (64, 48)),  # identity: torchvision returns the input
+    ((64, 48), (64, 100)),  # width only
+    ((64, 48), (10, 48)),  # height only
+    ((1, 50), (7, 13)),
+    ((50, 1), (1, 20)),
+    ((1, 1), (5, 5)),
+    ((9, 9), (1, 9)),
+    ((9, 9), (9, 1)),
+    ((9, 9), (1, 1)),
+    ((2, 2), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("src", "dst"), DOWNSCALES + UPSCALES + MIXED + EDGES)
+def test_matches_torchvision(src, dst, method):
+    assert_same(noise(*src, seed=sum(src) + sum(dst)), *dst, method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_4k_to_qwen_size(method):
+    image = noise(2160, 3840)
+    assert_same(image, 728, 1316, method)  # Qwen2-VL default max_pixels = 28*28*1280
+    assert_same(image, 1092, 1932, method)  # max_pixels = 28*28*2700 (~2.1 MP)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("channels", [1, 2, 4])
+def test_other_channel_counts(channels, method):
+    image = noise(120, 90, channels)
+    assert_same(image, 77, 150, method)
+    assert_same(image, 200, 31, method)
+
+
+def test_grayscale_2d_input():
+    image = noise(60, 80, 1)
+    ours = resize(image[:, :, 0], 33, 47)
+    assert ours.shape == (33, 47)
+    np.testing.assert_array_equal(ours, torchvision_resize(image, 33, 47, "bicubic")[:, :, 0])
+
+
+def structured_images(height: int, width: int) -> dict[str, np.ndarray]:
+    y, x = np.mgrid[0:height, 0:width]
+    gradient = np.stack(
+        [x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), (x + y) % 256], axis=-1
+    ).astype(np.uint8)
+    checker = np.repeat((((x + y) % 2) * 255).astype(np.uint8)[:, :, None], 3, axis=2)
+    blocks = np.repeat(((((x // 7) + (y // 5)) % 2) * 255).astype(np.uint8)[:, :, None], 3, 2)
+    wave = np.sin(x / 9.0) * np.cos(y / 13.0)
+    smooth = 127.5 + 127.5 * wave[:, :, None] * np.array([1.0, 0.6, 0.3])
+    return {
+        "gradient": gradient,
+        "checker": checker,  # maximal overshoot: exercises clamping of both passes
+        "blocks": blocks,
+        "smooth": np.round(smooth).astype(np.uint8),
+        "white": np.full((height, width, 3), 255, np.uint8),
+        "black": np.zeros((height, width, 3), np.uint8),
+        "sparse": (noise(height, width, seed=3) > 250).astype(np.uint8) * 255,
+    }
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("src", "dst"), [((480, 640), (476, 644)), ((960, 1280), (336, 448))])
+def test_structured_images(src, dst, method):
+    for name, image in structured_images(*src).items():
+        ours = resize(image, *dst, method)
+        np.testing.assert_array_equal(ours, torchvision_resize(image, *dst, method), err_msg=name)
+
+
+def test_random_sizes():
+    rng = np.random.default_rng(1234)
+    for i in range(80):
+        h_in, w_in, h_out, w_out = (int(v) for v in rng.integers(1, 260, 4))
+        if i % 10 == 0:
+            h_in = int(rng.integers(500, 1500))  # strong downscale
+        image = rng.integers(0, 256, (h_in, w_in, 3), np.uint8)
+        assert_same(image, h_out, w_out, METHODS[i % 2])
+
+
+def test_weights_are_fixed_point_of_one():
+    for n_in, n_out in [(1280, 1148), (37, 56), (3840, 1316), (9, 1)]:
+        for method in METHODS:
+            w = axis_weights(n_in, n_out, method)
+            assert np.abs(w.weights).max() < 1 << 15  # int16, like torch
+            sums = w.weights.sum(axis=1)
+            assert np.all(np.abs(sums - (1 << w.precision)) <= w.weights.shape[1])
+
+
+def test_returns_copy_for_same_size():
+    image = noise(10, 12)
+    out = resize(image, 10, 12)
+    np.testing.assert_array_equal(out, image)
+    assert out is not image
+
+
+@pytest.mark.parametrize(
+    ("image", "size", "method"),
+    [
+        (np.zeros((4, 4, 3), np.float32), (2, 2), "bicubic"),
+        (np.zeros((4, 4, 3, 1), np.uint8), (2, 2), "bicubic"),
+        (np.zeros((4, 4, 3), np.uint8), (0, 2), "bicubic"),
+        (np.zeros((4, 4, 3), np.uint8), (2, 2), "lanczos"),
+    ],
+)
+def test_rejects_bad_input(image, size, method):
+    with pytest.raises(ValueError):
+        resize(image, *size, method)
