@@ -1,0 +1,108 @@
+"""Qwen-VL preprocessing against transformers' processor (what vLLM runs) on the same images."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from multimodal.processors.base import OptionError
+from multimodal.prompt import expand
+from multimodal.registry import processor_for
+
+
+def image(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    ramp = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+    pixels = ((base.astype(np.float32) + ramp) / 2).astype(np.uint8)
+    return Image.fromarray(pixels, "RGB").convert(mode).convert("RGB")
+
+
+IMAGES = {
+    "square": image(300, 300, 1),
+    "tall": image(90, 400, 2),
+    "wide": image(500, 120, 3),
+    "very thin": image(600, 8, 4),
+    "tiny": image(10, 12, 5),
+    "large": image(1280, 960, 6),
+    "odd": image(333, 177, 7),
+    "grayscale": image(200, 150, 8, "L"),
+}
+
+
+@pytest.fixture(scope="module")
+def hf(vision_model):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(vision_model)
+
+
+@pytest.fixture(scope="module")
+def ours(vision_model):
+    return processor_for(vision_model)
+
+
+def reference(hf, images, raw: bool, **kwargs):
+    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": "hi"}]
+    text = hf.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+    )
+    extra = {"do_rescale": False, "do_normalize": False} if raw else {}
+    out = hf(text=[text], images=images, return_tensors="np", **extra, **kwargs)
+    unexpanded = hf.tokenizer(text)["input_ids"]
+    return out, unexpanded
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["uint8", "float"])
+@pytest.mark.parametrize("name", IMAGES)
+def test_one_image_matches_transformers(hf, ours, name, raw):
+    out, unexpanded = reference(hf, [IMAGES[name]], raw)
+    got = ours.process([np.asarray(IMAGES[name])], {}, raw_pixels=raw)
+    assert np.array_equal(got.tensors["image_grid_thw"], out["image_grid_thw"])
+    want = out["pixel_values"]
+    assert got.tensors["pixel_values"].shape == want.shape
+    assert got.tensors["pixel_values"].dtype == want.dtype
+    diff = np.abs(got.tensors["pixel_values"].astype(np.float64) - want.astype(np.float64))
+    assert diff.max() <= (0 if raw else 1e-5), f"max abs diff {diff.max()}"
+    ids, ranges = expand(unexpanded, ours.anchor_token_id, got.replacements)
+    assert ids == [int(i) for i in out["input_ids"][0]]
+    assert [ids[o : o + n] == [ours.anchor_token_id] * n for o, n in ranges] == [True]
+
+
+def test_several_mixed_images_in_one_request(hf, ours):
+    images = [IMAGES["tall"], IMAGES["large"], IMAGES["tiny"]]
+    out, unexpanded = reference(hf, images, raw=True)
+    got = ours.process([np.asarray(i) for i in images], {}, raw_pixels=True)
+    assert np.array_equal(got.tensors["pixel_values"], out["pixel_values"])
+    assert got.tensors["patches_per_image"].tolist() == out["image_grid_thw"].prod(1).tolist()
+    ids, ranges = expand(unexpanded, ours.anchor_token_id, got.replacements)
+    assert ids == [int(i) for i in out["input_ids"][0]]
+    assert len(ranges) == 3
+
+
+def test_per_request_pixel_bounds(hf, ours):
+    options = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
+    out, _ = reference(
+        hf,
+        [IMAGES["large"]],
+        raw=True,
+        size={"shortest_edge": options["min_pixels"], "longest_edge": options["max_pixels"]},
+    )
+    got = ours.process([np.asarray(IMAGES["large"])], options, raw_pixels=True)
+    assert np.array_equal(got.tensors["image_grid_thw"], out["image_grid_thw"])
+    assert np.array_equal(got.tensors["pixel_values"], out["pixel_values"])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_pixels": -1},
+        {"min_pixels": 10**7, "max_pixels": 10**6},
+        {"do_resize": False},
+        {"min_pixels": "many"},
+    ],
+)
+def test_bad_options_are_refused(ours, options):
+    with pytest.raises(OptionError):
+        ours.resolve_options(options)
