@@ -10,6 +10,7 @@ usage: mmgate <command> [options]
 commands:
   engine   serve a model as a VllmEngine gRPC worker (vLLM behind it; any vLLM engine arg)
   demo     build a tiny local model, start a worker on it and answer one Generate
+  preprocess  run the gateway's image preprocessing on one request and show the tensors
 
 Run `mmgate <command> --help` for the options of each.
 """
@@ -25,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine_server.cli import main as engine_main
 
         return engine_main(rest)
+    if command == "preprocess":
+        from gateway.preprocess_cli import main as preprocess_main
+
+        return preprocess_main(rest)
     if command == "demo":
         from engine_server.demo import main as demo_main
 

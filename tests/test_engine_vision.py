@@ -23,7 +23,7 @@ from tests.conftest import _worker
 from tests.engines import ReferenceEngine
 
 MM_LIMITS = {"image": 4, "video": 1}
-SIZES_KEY = "image_patches"  # per-image patch counts: the sizes tensor pixel_values is cut by
+SIZES_KEY = "patches_per_image"  # per-image patch counts: the sizes tensor pixel_values is cut by
 
 
 def make_image(width: int, height: int, seed: int) -> Image.Image:
@@ -87,7 +87,7 @@ def mm_batch(out, ids, media, modality: str) -> pb.MultimodalInputs:
     video = modality == "video"
     pixels = out["pixel_values_videos" if video else "pixel_values"]
     grid_key, sizes_key = (
-        ("video_grid_thw", "video_patches") if video else ("image_grid_thw", SIZES_KEY)
+        ("video_grid_thw", "patches_per_video") if video else ("image_grid_thw", SIZES_KEY)
     )
     grid = out[grid_key].astype(np.int64)
     pad = PAD_IDS[modality]
@@ -321,3 +321,33 @@ def test_structural_tokens_in_the_range_are_masked_by_im_token_id(
     for p in request.mm_inputs.mm_placeholders:
         p.length += 1
     assert output_ids(uint8_worker, request) == expected["two-mixed-sizes"]
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["uint8", "float"])
+@pytest.mark.parametrize("case", CASES)
+def test_mmgate_preprocessing_equals_vllm_image_path(
+    uint8_worker, float_worker, vision_model, processor, expected, case, raw
+):
+    """The multimodal package end to end: encoded bytes -> decode -> our processor -> wire."""
+    import io
+
+    from multimodal.media import LoadedImage, MediaPolicy, decode_image
+    from multimodal.pipeline import PixelEncoding, prepare
+    from multimodal.registry import processor_for
+
+    loaded = []
+    for picture in CASES[case]:
+        buffer = io.BytesIO()
+        picture.save(buffer, format="PNG")
+        data = buffer.getvalue()
+        loaded.append(LoadedImage(decode_image(data, MediaPolicy()), data, "data", "image/png"))
+    prompt_ids = processor.tokenizer(chat_prompt(processor, CASES[case]))["input_ids"]
+    prepared = prepare(processor_for(vision_model), prompt_ids, loaded, {}, PixelEncoding(raw))
+    request = pb.GenerateRequest(
+        request_id=f"mmgate-{case}-{raw}",
+        tokenized=pb.TokenizedInput(input_ids=prepared.prompt_ids),
+        mm_inputs=prepared.mm_inputs,
+        sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True),
+    )
+    worker = uint8_worker if raw else float_worker
+    assert output_ids(worker, request) == expected[case]
