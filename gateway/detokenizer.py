@@ -1,0 +1,157 @@
+"""Token ids back to text on the gateway, as vLLM's own detokenizer produces it.
+
+A port of vLLM 0.32's FastIncrementalDetokenizer and stop-string rules
+(vllm/v1/engine/detokenizer.py): tokenizers' DecodeStream primed with the prompt, the same
+special-token spacing, stop strings searched only in new text, honouring min_tokens, the
+text cut at the stop (or after it with include_stop_str_in_output), and the token that
+triggered a stop-token finish left out of the text. Streaming differs only in *when* text is
+released: a tail that could still grow into a stop string is held back, and nothing else, so
+multi-byte characters (DecodeStream emits nothing until they are whole) and stop strings
+never leak across chunks.
+"""
+
+from __future__ import annotations
+
+import sys
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
+
+INVALID_PREFIX = "Invalid prefix encountered"
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    min_tokens: int = 0
+
+
+def find_stop(
+    text: str, new_chars: int, stop: Sequence[str], include: bool
+) -> tuple[str, int] | None:
+    """vLLM's check_stop_strings: (stop string, length to cut the text to, -1 for none)."""
+    if not new_chars or not stop:
+        return None
+    best, best_index, best_end = None, 0, sys.maxsize
+    for candidate in stop:
+        index = text.find(candidate, 1 - new_chars - len(candidate))
+        if index != -1 and index + len(candidate) < best_end:
+            best, best_index, best_end = candidate, index, index + len(candidate)
+    if best is None:
+        return None
+    if include:
+        end = best_index + len(best)
+        return best, (-1 if end >= len(text) else end)
+    return best, best_index
+
+
+class IncrementalText:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_ids: Sequence[int],
+        options: TextOptions,
+        added_tokens: Mapping[int, str],
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._options = options
+        self._stream = DecodeStream(
+            ids=list(prompt_ids), skip_special_tokens=options.skip_special_tokens
+        )
+        self._raw_specials = not (
+            options.skip_special_tokens or options.spaces_between_special_tokens
+        )
+        self._added = added_tokens
+        self._last_special = False
+        self.token_ids: list[int] = []
+        self.text = ""
+        self._released = 0
+
+    def update(self, new_ids: Sequence[int], stop_terminated: bool = False) -> str | None:
+        """Add the engine's new ids; returns the stop string when one matched."""
+        if not new_ids:
+            return None
+        ids = list(new_ids)
+        skipped = None
+        if stop_terminated and not self._options.include_stop_str_in_output:
+            skipped = ids.pop()
+        before = len(self.token_ids)
+        offsets = [len(self.text)]
+        for token in ids:
+            self.token_ids.append(token)
+            self.text += self._decode_next(token)
+            offsets.append(len(self.text))
+        if skipped is not None:
+            self.token_ids.append(skipped)
+            offsets.append(len(self.text))
+        return self._check_stop(offsets, before)
+
+    def _check_stop(self, offsets: list[int], before: int) -> str | None:
+        opts = self._options
+        if not opts.stop or len(self.token_ids) <= opts.min_tokens:
+            return None
+        start = offsets[max(opts.min_tokens - before, 0)]
+        found = find_stop(
+            self.text, len(self.text) - start, opts.stop, opts.include_stop_str_in_output
+        )
+        if found is None:
+            return None
+        stop, cut = found
+        end = len(self.text) if cut == -1 else cut
+        if not opts.include_stop_str_in_output:
+            end += len(stop)
+        kept = bisect_left(offsets, end, lo=1)
+        del self.token_ids[before + kept :]
+        if cut != -1:
+            self.text = self.text[:cut]
+        return stop
+
+    def release(self, finished: bool) -> str:
+        """New text that is safe to send: all of it once finished, else all but a stop prefix."""
+        end = len(self.text) if finished else len(self.text) - self._stop_prefix_length()
+        if end <= self._released:
+            return ""
+        delta, self._released = self.text[self._released : end], end
+        return delta
+
+    def _stop_prefix_length(self) -> int:
+        if not self._options.stop or self._options.include_stop_str_in_output:
+            return 0
+        longest = 0
+        for stop in self._options.stop:
+            for size in range(min(len(stop) - 1, len(self.text)), longest, -1):
+                if self.text.endswith(stop[:size]):
+                    longest = size
+                    break
+        return longest
+
+    def _decode_next(self, token: int) -> str:
+        piece = self._step(token)
+        if self._raw_specials:
+            special = self._added.get(token)
+            if special is not None and self._last_special:
+                piece = special
+            self._last_special = special is not None
+        return piece or ""
+
+    def _step(self, token: int) -> str | None:
+        try:
+            return self._stream.step(self._tokenizer, token)
+        except (OverflowError, TypeError):
+            return None
+        except Exception as error:
+            if not str(error).startswith(INVALID_PREFIX):
+                raise
+            # Non-monotonic UTF-8 from some tokenizers breaks the stream; vLLM restarts it.
+            self._stream = DecodeStream(skip_special_tokens=self._options.skip_special_tokens)
+            return self._stream.step(self._tokenizer, token)
+
+
+def added_tokens(tokenizer: Tokenizer) -> dict[int, str]:
+    return {tid: tok.content for tid, tok in tokenizer.get_added_tokens_decoder().items()}
