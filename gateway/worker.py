@@ -1,0 +1,105 @@
+"""One engine worker seen from the gateway: its facts, its health, and calls to it over gRPC."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from multimodal.pipeline import PixelEncoding
+from protos import common_pb2
+from protos import vllm_engine_pb2 as pb
+from protos import vllm_engine_pb2_grpc as pb_grpc
+
+log = logging.getLogger("mmgate.gateway")
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+@dataclass
+class WorkerFacts:
+    """What GetModelInfo and GetServerInfo told us; fixed for the worker's lifetime."""
+
+    model_path: str
+    served_model_name: str
+    max_context_length: int
+    vocab_size: int
+    eos_token_ids: list[int]
+    supports_vision: bool
+    is_generation: bool
+    pixels: PixelEncoding
+    sampling_defaults: dict = field(default_factory=dict)
+
+
+def parse_address(url: str) -> str:
+    """grpc://host:port (or host:port) to the host:port gRPC dials."""
+    address = url.removeprefix("grpc://")
+    if "://" in address or ":" not in address:
+        raise ValueError(f"worker address must look like grpc://HOST:PORT, got {url!r}")
+    return address
+
+
+class Worker:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.address = parse_address(url)
+        self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self.stub = pb_grpc.VllmEngineStub(self._channel)
+        self.facts: WorkerFacts | None = None
+        self.healthy = False
+
+    async def connect(self, timeout: float = 10.0) -> WorkerFacts:
+        model = await self.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=timeout)
+        server = await self.stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=timeout)
+        defaults = model.default_sampling_params_json
+        self.facts = WorkerFacts(
+            model_path=model.model_path,
+            served_model_name=model.served_model_name,
+            max_context_length=model.max_context_length,
+            vocab_size=model.vocab_size,
+            eos_token_ids=list(model.eos_token_ids),
+            supports_vision=model.supports_vision,
+            is_generation=model.is_generation,
+            pixels=PixelEncoding.for_engine(
+                server.mm_device_do_normalize, server.multimodal_encoder_dtype
+            ),
+            sampling_defaults=json.loads(defaults) if defaults else {},
+        )
+        self.healthy = True
+        return self.facts
+
+    async def check_health(self, timeout: float = 5.0) -> bool:
+        try:
+            reply = await self.stub.HealthCheck(pb.HealthCheckRequest(), timeout=timeout)
+            self.healthy = reply.healthy
+        except grpc.aio.AioRpcError as error:
+            log.warning("worker %s health check failed: %s", self.url, error.code().name)
+            self.healthy = False
+        return self.healthy
+
+    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
+        """Stream the worker's responses; a caller that stops iterating cancels the call,
+        which makes the worker abort the request in its engine."""
+        call = self.stub.Generate(request)
+        try:
+            async for response in call:
+                yield response
+        finally:
+            call.cancel()
+
+    async def embed(self, request: pb.EmbedRequest, timeout: float = 300.0) -> pb.EmbedResponse:
+        return await self.stub.Embed(request, timeout=timeout)
+
+    async def tokenizer_bundle(self) -> bytes:
+        chunks = [c async for c in self.stub.GetTokenizer(common_pb2.GetTokenizerRequest())]
+        return b"".join(c.data for c in chunks)
+
+    async def close(self) -> None:
+        await self._channel.close()
