@@ -1,0 +1,151 @@
+"""OpenAI request bodies the gateway accepts, with vLLM's extensions under vLLM's names.
+
+Fields the wire cannot carry to an engine (beam search, bad_words, allowed_token_ids, ...) are
+refused with a 400 rather than silently ignored; unknown fields are ignored, as OpenAI and vLLM
+do, so SDK upgrades keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+UNSUPPORTED = (
+    "use_beam_search",
+    "bad_words",
+    "allowed_token_ids",
+    "logprob_token_ids",
+    "prompt_embeds",
+    "thinking_token_budget",
+    "repetition_detection",
+)
+
+
+class JsonSchema(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+    name: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchema | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and (
+            self.json_schema is None or self.json_schema.json_schema is None
+        ):
+            raise ValueError("response_format json_schema needs json_schema.schema")
+        return self
+
+
+class StructuredOutputs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    structural_tag: str | None = None
+    json_object: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> StructuredOutputs:
+        chosen = [k for k, v in self.__dict__.items() if v is not None and v is not False]
+        if len(chosen) > 1:
+            raise ValueError(f"structured_outputs takes one constraint, got {chosen}")
+        return self
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool | None = True
+    continuous_usage_stats: bool | None = False
+
+
+class SamplingFields(BaseModel):
+    """What chat and completion requests share."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    logit_bias: dict[str, float] | None = None
+    seed: int | None = Field(default=None, ge=-(2**31), lt=2**31)
+    n: int = Field(default=1, ge=1, le=128)
+    max_tokens: int | None = Field(default=None, ge=1)
+    min_tokens: int = Field(default=0, ge=0)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    prompt_logprobs: int | None = None
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    request_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_what_the_wire_cannot_carry(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in UNSUPPORTED:
+                if data.get(name) not in (None, False, [], {}):
+                    raise ValueError(f"{name} is not supported by this gateway")
+        return data
+
+    @model_validator(mode="after")
+    def _no_prompt_logprobs_when_streaming(self) -> SamplingFields:
+        if self.stream and self.prompt_logprobs is not None:
+            raise ValueError("`prompt_logprobs` are not available when `stream=True`.")
+        return self
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    echo: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+
+    def output_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    suffix: str | None = None
+
+    def output_logprobs(self) -> int | None:
+        return self.logprobs
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens if "max_tokens" in self.model_fields_set else 16

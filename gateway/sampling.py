@@ -1,0 +1,129 @@
+"""An OpenAI request's sampling fields onto the wire's SamplingParams, as vLLM maps them.
+
+Precedence as in vLLM's server: the request's value, else the model's generation-config
+default (GetModelInfo.default_sampling_params_json), else OpenAI's default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.protocol import SamplingFields
+from protos import vllm_engine_pb2 as pb
+
+OPENAI_DEFAULTS = {
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+}
+
+
+class SamplingError(ValueError):
+    """A request the model's context or the wire cannot take; `param` names the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def max_tokens_for(
+    requested: int | None, prompt_len: int, max_model_len: int, defaults: Mapping[str, Any]
+) -> int:
+    """vLLM's get_max_tokens: what fits in the context, capped by the request or default."""
+    if prompt_len > max_model_len:
+        raise SamplingError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {prompt_len} input tokens. Please reduce the length of the input "
+            "messages.",
+            "messages",
+        )
+    room = max_model_len - prompt_len
+    wanted = requested if requested is not None else defaults.get("max_tokens")
+    return min(room, wanted) if wanted is not None else room
+
+
+def to_proto(
+    request: SamplingFields, max_tokens: int, defaults: Mapping[str, Any]
+) -> pb.SamplingParams:
+    chosen = {
+        name: value
+        if (value := getattr(request, name)) is not None
+        else defaults.get(name, default)
+        for name, default in OPENAI_DEFAULTS.items()
+    }
+    params = pb.SamplingParams(
+        temperature=chosen["temperature"],
+        top_p=chosen["top_p"],
+        top_k=_top_k(chosen["top_k"]),
+        min_p=chosen["min_p"],
+        frequency_penalty=chosen["frequency_penalty"],
+        presence_penalty=chosen["presence_penalty"],
+        repetition_penalty=chosen["repetition_penalty"],
+        max_tokens=max_tokens,
+        min_tokens=request.min_tokens,
+        stop=request.stop_list(),
+        stop_token_ids=request.stop_token_ids or [],
+        skip_special_tokens=request.skip_special_tokens,
+        spaces_between_special_tokens=request.spaces_between_special_tokens,
+        ignore_eos=request.ignore_eos,
+        n=request.n,
+        include_stop_str_in_output=request.include_stop_str_in_output,
+        logit_bias=_logit_bias(request.logit_bias),
+    )
+    _set_optional(params, request)
+    _set_constraint(params, request)
+    return params
+
+
+def _top_k(value: int) -> int:
+    # vLLM takes -1 or 0 for "no top-k"; the wire's uint32 says 0.
+    if value < -1:
+        raise SamplingError("top_k must be -1 (disabled) or at least 1", "top_k")
+    return max(value, 0)
+
+
+def _logit_bias(bias: Mapping[str, float] | None) -> dict[int, float]:
+    try:
+        return {int(token): float(value) for token, value in (bias or {}).items()}
+    except ValueError:
+        raise SamplingError("logit_bias keys must be token ids", "logit_bias") from None
+
+
+def _set_optional(params: pb.SamplingParams, request: SamplingFields) -> None:
+    logprobs = request.output_logprobs()
+    if logprobs is not None:
+        params.logprobs = logprobs
+    if request.prompt_logprobs is not None:
+        params.prompt_logprobs = request.prompt_logprobs
+    if request.seed is not None:
+        params.seed = request.seed
+    if request.truncate_prompt_tokens is not None:
+        params.truncate_prompt_tokens = request.truncate_prompt_tokens
+
+
+def _set_constraint(params: pb.SamplingParams, request: SamplingFields) -> None:
+    fmt = request.response_format
+    if fmt is not None and fmt.type == "json_object":
+        params.json_object = True
+        return
+    if fmt is not None and fmt.type == "json_schema":
+        params.json_schema = json.dumps(fmt.json_schema.json_schema)
+        return
+    so = request.structured_outputs
+    if so is None:
+        return
+    if so.json_ is not None:
+        params.json_schema = so.json_ if isinstance(so.json_, str) else json.dumps(so.json_)
+    elif so.choice is not None:
+        params.choice.choices.extend(so.choice)
+    elif so.json_object:
+        params.json_object = True
+    for field in ("regex", "grammar", "structural_tag"):
+        if getattr(so, field) is not None:
+            setattr(params, field, getattr(so, field))

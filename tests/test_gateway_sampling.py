@@ -1,0 +1,139 @@
+"""OpenAI request -> our proto -> the worker's vLLM SamplingParams, against vLLM's own server
+mapping of the same JSON (ChatCompletionRequest.to_sampling_params)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from vllm.entrypoints.openai.chat_completion.protocol import (
+    ChatCompletionRequest as VllmChatRequest,
+)
+from vllm.exceptions import VLLMValidationError
+
+from engine_server.sampling import sampling_params_from_proto
+from gateway.protocol import ChatCompletionRequest
+from gateway.sampling import SamplingError, max_tokens_for, to_proto
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "max_tokens",
+    "min_tokens",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "n",
+    "logprobs",
+    "prompt_logprobs",
+    "seed",
+    "include_stop_str_in_output",
+    "logit_bias",
+    "output_kind",
+)
+BODIES = {
+    "defaults": {},
+    "openai": {
+        "temperature": 0.3,
+        "top_p": 0.8,
+        "frequency_penalty": 0.5,
+        "presence_penalty": -0.5,
+        "seed": 7,
+        "n": 3,
+        "stop": "END",
+        "logprobs": True,
+        "top_logprobs": 5,
+        "logit_bias": {"12": -50},
+    },
+    "vllm-extensions": {
+        "top_k": 20,
+        "min_p": 0.1,
+        "repetition_penalty": 1.2,
+        "min_tokens": 4,
+        "stop": ["a", "bb"],
+        "stop_token_ids": [5, 6],
+        "ignore_eos": True,
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "include_stop_str_in_output": True,
+        "prompt_logprobs": 2,
+    },
+    "top-k-disabled": {"top_k": -1, "temperature": 0},
+    "logprobs-without-top": {"logprobs": True},
+    "json-schema": {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "x",
+                "schema": {"type": "object", "properties": {"a": {"type": "integer"}}},
+            },
+        }
+    },
+    "json-object": {"response_format": {"type": "json_object"}},
+    "regex": {"structured_outputs": {"regex": "[0-9]+"}},
+    "choice": {"structured_outputs": {"choice": ["yes", "no"]}},
+    "grammar": {"structured_outputs": {"grammar": 'root ::= "a"'}},
+}
+DEFAULTS = {"temperature": 0.6, "top_p": 0.95}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("name", BODIES)
+def test_same_sampling_params_as_vllm_server(name, stream):
+    body = {"model": "m", "messages": MESSAGES, "stream": stream, **BODIES[name]}
+    try:
+        theirs = VllmChatRequest(**body).to_sampling_params(100, DEFAULTS)
+    except (ValueError, VLLMValidationError):
+        with pytest.raises(ValidationError):  # vLLM refuses it: so must we
+            ChatCompletionRequest(**body)
+        return
+    proto = to_proto(ChatCompletionRequest(**body), 100, DEFAULTS)
+    ours = sampling_params_from_proto(proto, stream=stream)
+    for field in FIELDS:
+        want, got = getattr(theirs, field), getattr(ours, field)
+        if field == "top_k":
+            want, got = max(want, 0), max(got, 0)
+        assert got == pytest.approx(want), field
+    assert (ours.structured_outputs is None) == (theirs.structured_outputs is None)
+    if theirs.structured_outputs is not None:
+        for field in ("json", "regex", "choice", "grammar", "json_object"):
+            want = getattr(theirs.structured_outputs, field)
+            got = getattr(ours.structured_outputs, field)
+            if field == "json" and isinstance(want, dict):
+                import json
+
+                got = json.loads(got)
+            assert got == want, field
+
+
+def test_max_tokens_follow_vllm():
+    assert max_tokens_for(None, 100, 1024, {}) == 924
+    assert max_tokens_for(50, 100, 1024, {}) == 50
+    assert max_tokens_for(5000, 100, 1024, {}) == 924
+    assert max_tokens_for(None, 100, 1024, {"max_tokens": 30}) == 30
+    with pytest.raises(SamplingError) as err:
+        max_tokens_for(None, 2000, 1024, {})
+    assert "maximum context length is 1024" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"use_beam_search": True},
+        {"bad_words": ["x"]},
+        {"n": 0},
+        {"top_logprobs": 50},
+        {"response_format": {"type": "json_schema"}},
+        {"structured_outputs": {"regex": "a", "choice": ["b"]}},
+    ],
+)
+def test_refused_with_a_validation_error(body):
+    with pytest.raises(ValidationError):
+        ChatCompletionRequest(model="m", messages=MESSAGES, **body)
