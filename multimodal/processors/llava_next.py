@@ -104,6 +104,7 @@ def num_image_tokens(
 
 class LlavaNextProcessor(ImageProcessor):
     family = "llava_next"
+    placeholder_text = "<image>"
 
     def __init__(
         self,
@@ -159,11 +160,19 @@ class LlavaNextProcessor(ImageProcessor):
         self, images: Sequence[np.ndarray], options: Mapping[str, Any], raw_pixels: bool
     ) -> ProcessedImages:
         self.resolve_options(options)
-        tiles = [self._tiles(image, raw_pixels) for image in images]
-        most = max(t.shape[0] for t in tiles)
-        batch = np.zeros((len(tiles), most, *tiles[0].shape[1:]), dtype=tiles[0].dtype)
-        for i, t in enumerate(tiles):
-            batch[i, : t.shape[0]] = t
+        tiles = [self._tiles(image) for image in images]
+        shapes = {t.shape for image_tiles in tiles for t in image_tiles}
+        if len(shapes) != 1:
+            raise ModelConfigError(f"tiles differ in size: {sorted(shapes)}")
+        h, w, c = shapes.pop()
+        counts = [len(t) for t in tiles]
+        most = max(counts)
+        # Tiles are finished straight into the batch; only a ragged batch needs zero padding.
+        alloc = np.empty if min(counts) == most else np.zeros
+        batch = alloc((len(tiles), most, c, h, w), dtype=self.pixels.out_dtype(raw_pixels))
+        for image_tiles, out in zip(tiles, batch):
+            for tile, tile_out in zip(image_tiles, out):
+                self.pixels.finish(tile, raw_pixels, tile_out)
         sizes = [(int(i.shape[0]), int(i.shape[1])) for i in images]
         token = self.tower.image_token_id
         return ProcessedImages(
@@ -176,7 +185,8 @@ class LlavaNextProcessor(ImageProcessor):
             replacements=[[token] * self.num_image_tokens(h, w) for h, w in sizes],
         )
 
-    def _tiles(self, image: np.ndarray, raw_pixels: bool) -> np.ndarray:
+    def _tiles(self, image: np.ndarray) -> list[np.ndarray]:
+        """The base image and the anyres tiles, resized and cropped, still HWC uint8."""
         a, method = self.anyres, self.pixels.settings.method
         height, width = image.shape[:2]
         best_h, best_w = select_best_resolution(height, width, a.pinpoints)
@@ -191,9 +201,7 @@ class LlavaNextProcessor(ImageProcessor):
             for y in range(0, best_h, a.tile)
             for x in range(0, best_w, a.tile)
         ]
-        return np.stack(
-            [self.pixels.finish(self.pixels.resize_and_crop(t), raw_pixels) for t in tiles]
-        )
+        return [self.pixels.resize_and_crop(t) for t in tiles]
 
 
 def _pinpoints(value: Any) -> tuple[tuple[int, int], ...]:
