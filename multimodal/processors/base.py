@@ -37,6 +37,9 @@ class ModelFiles:
 
 class ImageProcessor(ABC):
     family: ClassVar[str]
+    # What vLLM's model class (get_placeholder_str) puts in a "string"-format chat prompt per
+    # image; the tokens the chat template itself writes may differ.
+    placeholder_text: ClassVar[str]
 
     @classmethod
     @abstractmethod
