@@ -8,6 +8,7 @@ USAGE = """\
 usage: mmgate <command> [options]
 
 commands:
+  serve    the OpenAI-compatible gateway in front of engine workers
   engine   serve a model as a VllmEngine gRPC worker (vLLM behind it; any vLLM engine arg)
   demo     build a tiny local model, start a worker on it and answer one Generate
   preprocess  run the gateway's image preprocessing on one request and show the tensors
@@ -26,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine_server.cli import main as engine_main
 
         return engine_main(rest)
+    if command == "serve":
+        from gateway.serve_cli import main as serve_main
+
+        return serve_main(rest)
     if command == "preprocess":
         from gateway.preprocess_cli import main as preprocess_main
 

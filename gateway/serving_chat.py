@@ -1,0 +1,277 @@
+"""POST /v1/chat/completions: render, preprocess, sample, stream from a worker, detokenize."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import httpx
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from tokenizers import Tokenizer
+
+from gateway.chat import ChatRenderer, ChatRequestError
+from gateway.detokenizer import TextOptions, added_tokens
+from gateway.errors import GatewayError, error_body, from_grpc
+from gateway.pool import WorkerPool
+from gateway.protocol import ChatCompletionRequest
+from gateway.sampling import SamplingError, max_tokens_for, to_proto
+from gateway.streaming import Choice, Usage, make_choices
+from gateway.worker import Worker
+from multimodal.errors import MediaError
+from multimodal.media import MediaPolicy, load_images
+from multimodal.pipeline import prepare
+from multimodal.processors.base import ImageProcessor, OptionError
+from multimodal.prompt import PromptError
+from protos import vllm_engine_pb2 as pb
+
+
+@dataclass
+class Prompt:
+    ids: list[int]
+    text: str
+    mm_inputs: pb.MultimodalInputs | None
+
+
+class ChatService:
+    def __init__(
+        self,
+        model_name: str,
+        renderer: ChatRenderer,
+        tokenizer: Tokenizer,
+        processor: ImageProcessor | None,
+        pool: WorkerPool,
+        media_policy: MediaPolicy,
+        http_client: httpx.AsyncClient,
+    ) -> None:
+        self.model_name = model_name
+        self.renderer = renderer
+        self.tokenizer = tokenizer
+        self.added = added_tokens(tokenizer)
+        self.processor = processor
+        self.pool = pool
+        self.media_policy = media_policy
+        self.http = http_client
+
+    async def create(self, body: Any) -> JSONResponse | StreamingResponse:
+        request = parse(body)
+        if request.model not in (None, self.model_name):
+            raise GatewayError(f"The model `{request.model}` does not exist.", 404, "model")
+        worker = self.pool.pick()
+        prompt = await self._prompt(request, worker)
+        facts = worker.facts
+        max_tokens = _max_tokens(request, len(prompt.ids), facts)
+        generate = pb.GenerateRequest(
+            request_id=request.request_id or f"chatcmpl-{uuid.uuid4().hex}",
+            tokenized=pb.TokenizedInput(input_ids=prompt.ids, original_text=prompt.text),
+            sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
+            stream=True,
+        )
+        if prompt.mm_inputs is not None:
+            generate.mm_inputs.CopyFrom(prompt.mm_inputs)
+        run = _Run(self, request, worker, generate, prompt.ids)
+        if request.stream:
+            return StreamingResponse(run.sse(), media_type="text/event-stream")
+        return JSONResponse(await run.complete())
+
+    async def _prompt(self, request: ChatCompletionRequest, worker: Worker) -> Prompt:
+        try:
+            # vLLM renders tools even with tool_choice "none" (unless told otherwise).
+            rendered = self.renderer.render(
+                request.messages,
+                add_generation_prompt=request.add_generation_prompt,
+                continue_final_message=request.continue_final_message,
+                tools=request.tools,
+                chat_template_kwargs=request.chat_template_kwargs,
+            )
+        except ChatRequestError as error:
+            raise GatewayError(str(error), 400, "messages") from error
+        if not rendered.image_urls:
+            return Prompt(rendered.token_ids, rendered.prompt, None)
+        return await self._with_images(request, worker, rendered)
+
+    async def _with_images(self, request, worker: Worker, rendered) -> Prompt:
+        if self.processor is None or not worker.facts.supports_vision:
+            raise GatewayError("this model does not accept images", 400, "messages")
+        urls = [url for url, _detail in rendered.image_urls]
+        try:
+            images = await load_images(urls, self.media_policy, self.http)
+            prepared = await asyncio.to_thread(
+                prepare,
+                self.processor,
+                rendered.token_ids,
+                images,
+                request.mm_processor_kwargs or {},
+                worker.facts.pixels,
+            )
+        except MediaError as error:
+            raise GatewayError(f"invalid image: {error}", 400, "messages") from error
+        except (OptionError, PromptError) as error:
+            raise GatewayError(str(error), 400, "mm_processor_kwargs") from error
+        return Prompt(prepared.prompt_ids, rendered.prompt, prepared.mm_inputs)
+
+
+def parse(body: Any) -> ChatCompletionRequest:
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        param = ".".join(str(p) for p in first.get("loc", ())) or None
+        raise GatewayError(f"{first['msg']}", 400, param) from None
+
+
+def _max_tokens(request: ChatCompletionRequest, prompt_len: int, facts) -> int:
+    try:
+        return max_tokens_for(
+            request.requested_max_tokens(),
+            prompt_len,
+            facts.max_context_length,
+            facts.sampling_defaults,
+        )
+    except SamplingError as error:
+        raise GatewayError(str(error), 400, error.param) from None
+
+
+class _Run:
+    """One request's exchange with its worker, rendered as OpenAI JSON or SSE."""
+
+    def __init__(
+        self,
+        service: ChatService,
+        request: ChatCompletionRequest,
+        worker: Worker,
+        generate: pb.GenerateRequest,
+        prompt_ids: list[int],
+    ) -> None:
+        self.service, self.request, self.worker, self.generate = service, request, worker, generate
+        options = TextOptions(
+            skip_special_tokens=request.skip_special_tokens,
+            spaces_between_special_tokens=request.spaces_between_special_tokens,
+            stop=tuple(request.stop_list()),
+            include_stop_str_in_output=request.include_stop_str_in_output,
+            min_tokens=request.min_tokens,
+        )
+        stop_ids = set(request.stop_token_ids or ())
+        if not request.ignore_eos:
+            stop_ids |= set(worker.facts.eos_token_ids)
+        self.choices = make_choices(
+            request.n, service.tokenizer, prompt_ids, options, service.added, stop_ids
+        )
+        self.usage = Usage(prompt_tokens=len(prompt_ids))
+        self.id = generate.request_id
+        self.created = int(time.time())
+
+    async def _responses(self) -> AsyncIterator[tuple[Choice, bool]]:
+        """(choice, finished) after each message from the worker."""
+        try:
+            async for response in self.worker.generate(self.generate):
+                if response.HasField("chunk"):
+                    chunk = response.chunk
+                    self.usage.cached_tokens = chunk.cached_tokens
+                    choice = self.choices[chunk.index]
+                    choice.on_chunk(chunk)
+                    yield choice, False
+                else:
+                    choice = self.choices[response.complete.index]
+                    choice.on_complete(response.complete)
+                    yield choice, True
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc(error) from None
+        self.usage.completion_tokens = sum(c.generated for c in self.choices)
+
+    async def complete(self) -> dict:
+        async for _ in self._responses():
+            pass
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.service.model_name,
+            "choices": [self._final_choice(c) for c in self.choices],
+            "usage": self.usage.as_dict(),
+        }
+
+    def _final_choice(self, choice: Choice) -> dict:
+        return {
+            "index": choice.index,
+            "message": {"role": "assistant", "content": choice.text.release(finished=True)},
+            "logprobs": self._logprobs(choice.logprobs) if self.request.logprobs else None,
+            "finish_reason": choice.finish_reason,
+            "stop_reason": choice.stop_reason,
+        }
+
+    def _logprobs(self, entries) -> dict:
+        decode = self.service.tokenizer.decode
+
+        def item(token: int, value: float) -> dict:
+            text = decode([token], skip_special_tokens=False)
+            return {
+                "token": text,
+                "logprob": max(value, -9999.0),
+                "bytes": list(text.encode("utf-8")),
+            }
+
+        return {
+            "content": [
+                {**item(token, value), "top_logprobs": [item(t, v) for t, v in tops]}
+                for token, value, tops in entries
+            ]
+        }
+
+    async def sse(self) -> AsyncIterator[str]:
+        options = self.request.stream_options
+        usage_at_end = bool(options and options.include_usage)
+        continuous = bool(options and options.continuous_usage_stats)
+        try:
+            for choice in self.choices:
+                yield self._event(
+                    [
+                        {
+                            "index": choice.index,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            async for choice, finished in self._responses():
+                delta = choice.text.release(finished=finished)
+                if not delta and not finished:
+                    continue
+                entry = {
+                    "index": choice.index,
+                    "delta": {"content": delta} if delta else {},
+                    "logprobs": None,
+                    "finish_reason": choice.finish_reason,
+                }
+                if finished:
+                    entry["stop_reason"] = choice.stop_reason
+                usage = self._running_usage() if continuous else None
+                yield self._event([entry], usage)
+            if usage_at_end:
+                yield self._event([], self.usage.as_dict())
+        except GatewayError as error:
+            yield f"data: {json.dumps(error_body(error.message, error.status, error.param))}\n\n"
+        yield "data: [DONE]\n\n"
+
+    def _running_usage(self) -> dict:
+        generated = sum(c.generated for c in self.choices)
+        return Usage(self.usage.prompt_tokens, self.usage.cached_tokens, generated).as_dict()
+
+    def _event(self, choices: list[dict], usage: dict | None = None) -> str:
+        body = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.service.model_name,
+            "choices": choices,
+        }
+        if usage is not None:
+            body["usage"] = usage
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"

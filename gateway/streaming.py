@@ -1,0 +1,84 @@
+"""Per-choice accumulation of a worker's Generate stream into OpenAI text, finish and usage.
+
+The worker streams delta token ids per choice and then a Complete per choice that repeats
+the last delta (it is not counted again). A token that could end the request (EOS, a stop
+token id) is held back for one message, until the Complete tells whether it did: vLLM
+leaves such a token out of the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tokenizers import Tokenizer
+
+from gateway.detokenizer import IncrementalText, TextOptions
+from protos import vllm_engine_pb2 as pb
+
+
+@dataclass
+class Choice:
+    index: int
+    text: IncrementalText
+    stop_ids: Collection[int]
+    held: int | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    generated: int = 0
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+
+    def on_chunk(self, chunk: pb.GenerateStreamChunk) -> None:
+        ids = list(chunk.token_ids)
+        self.generated += len(ids)
+        self._collect_logprobs(chunk.output_logprobs)
+        if self.held is not None:
+            ids.insert(0, self.held)
+            self.held = None
+        if ids and ids[-1] in self.stop_ids:
+            self.held = ids.pop()
+        self.text.update(ids)
+
+    def on_complete(self, complete: pb.GenerateComplete) -> None:
+        self.finish_reason = complete.finish_reason or "stop"
+        kind = complete.WhichOneof("matched_stop")
+        self.stop_reason = getattr(complete, kind) if kind else None
+        if self.held is not None:
+            by_token = self.finish_reason == "stop" and kind != "matched_stop_str"
+            self.text.update([self.held], stop_terminated=by_token)
+            self.held = None
+
+    def _collect_logprobs(self, proto: pb.OutputLogProbs) -> None:
+        tops = list(proto.top_logprobs) or [None] * len(proto.token_ids)
+        for token, value, top in zip(proto.token_ids, proto.token_logprobs, tops):
+            alternatives = list(zip(top.token_ids, top.values)) if top is not None else []
+            self.logprobs.append((token, value, alternatives))
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+def make_choices(
+    n: int,
+    tokenizer: Tokenizer,
+    prompt_ids: Sequence[int],
+    options: TextOptions,
+    added: Mapping[int, str],
+    stop_ids: Collection[int],
+) -> list[Choice]:
+    return [
+        Choice(i, IncrementalText(tokenizer, prompt_ids, options, added), stop_ids)
+        for i in range(n)
+    ]

@@ -1,0 +1,63 @@
+"""`mmgate serve` in a subprocess for tests, ready once /ready answers 200."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.engines import ROOT, free_port
+
+
+class GatewayProcess:
+    def __init__(self, model: Path, workers: list[str], log_path: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        cmd = [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--model",
+            str(model),
+            "--port",
+            str(self.port),
+            *extra,
+        ]
+        for worker in workers:
+            cmd += ["--worker", f"grpc://{worker}"]
+        self._log = open(log_path, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=os.environ.copy(), stdout=self._log, stderr=self._log
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> GatewayProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gateway exited:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.base_url}/ready", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"gateway not ready:\n{self.log_path.read_text()[-3000:]}")
+
+    def client(self):
+        from openai import OpenAI
+
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key="x", max_retries=0, timeout=120)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log.close()

@@ -1,0 +1,111 @@
+"""Image chat through `mmgate serve` (openai SDK) equals vLLM's own image path."""
+
+from __future__ import annotations
+
+import base64
+import io
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import openai
+import pytest
+from vllm import SamplingParams
+
+from tests.conftest import _worker
+from tests.engines import ReferenceEngine
+from tests.gateway_process import GatewayProcess
+from tests.test_engine_vision import MM_LIMITS, chat_prompt, make_image
+
+IMAGE = make_image(150, 110, seed=21)
+
+
+def png_bytes(image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def image_server():
+    data = png_bytes(IMAGE)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/cat.png"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def worker(vision_model, tmp_path_factory):
+    yield from _worker(vision_model, tmp_path_factory, "gw-vision", limit_mm_per_prompt=MM_LIMITS)
+
+
+def gateway_for(vision_model, worker, tmp_path_factory, *extra):
+    log = tmp_path_factory.mktemp("gwv") / "gateway.log"
+    return GatewayProcess(vision_model, [worker.address], log, *extra).wait_ready()
+
+
+@pytest.fixture(scope="module")
+def expected(vision_model):
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(vision_model)
+    reference = ReferenceEngine(vision_model, limit_mm_per_prompt=MM_LIMITS)
+    try:
+        prompt = {"prompt": chat_prompt(processor, [IMAGE]), "multi_modal_data": {"image": IMAGE}}
+        params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+        return reference.generate(prompt, params, "gw-ref").outputs[0].text
+    finally:
+        reference.close()
+
+
+def ask(gateway, url: str):
+    client = gateway.client()
+    content = [
+        {"type": "image_url", "image_url": {"url": url, "detail": "auto"}},
+        {"type": "text", "text": "Describe."},
+    ]
+    return client.chat.completions.create(
+        model=client.models.list().data[0].id,
+        temperature=0,
+        max_tokens=12,
+        messages=[{"role": "user", "content": content}],
+        extra_body={"ignore_eos": True},
+    )
+
+
+def test_data_uri_and_allow_listed_url_equal_vllm(
+    vision_model, worker, image_server, expected, tmp_path_factory
+):
+    gateway = gateway_for(
+        vision_model, worker, tmp_path_factory, "--allow-private-media-networks", "127.0.0.0/8"
+    )
+    try:
+        data_uri = "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)).decode()
+        assert ask(gateway, data_uri).choices[0].message.content == expected
+        assert ask(gateway, image_server).choices[0].message.content == expected
+    finally:
+        gateway.stop()
+
+
+def test_private_urls_are_refused_by_default(vision_model, worker, image_server, tmp_path_factory):
+    gateway = gateway_for(vision_model, worker, tmp_path_factory)
+    try:
+        with pytest.raises(openai.BadRequestError) as err:
+            ask(gateway, image_server)
+        assert "image 0" in err.value.message
+        with pytest.raises(openai.BadRequestError):
+            ask(gateway, "data:image/png;base64,not-an-image")
+    finally:
+        gateway.stop()

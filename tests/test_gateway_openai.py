@@ -1,0 +1,150 @@
+"""The official openai SDK against `mmgate serve` in front of our worker on vLLM (issue 4)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from vllm import SamplingParams
+from vllm.inputs.engine import tokens_input
+from vllm.sampling_params import RequestOutputKind
+
+from tests.gateway_process import GatewayProcess
+
+MESSAGES = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Name a prime number."},
+]
+
+
+@pytest.fixture(scope="module")
+def gateway(text_model, text_worker, tmp_path_factory):
+    proc = GatewayProcess(
+        text_model, [text_worker.address], tmp_path_factory.mktemp("gw") / "gateway.log"
+    ).wait_ready()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def chat_ids(text_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(text_model)
+    ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def vllm_says(reference, ids, name, **params):
+    params = SamplingParams(output_kind=RequestOutputKind.FINAL_ONLY, **params)
+    return reference.generate(tokens_input(ids), params, name).outputs
+
+
+def test_chat_equals_vllm(gateway, text_reference, chat_ids):
+    reply = gateway.client().chat.completions.create(
+        model=gateway.client().models.list().data[0].id,
+        messages=MESSAGES,
+        temperature=0,
+        max_tokens=16,
+    )
+    (want,) = vllm_says(text_reference, chat_ids, "gw-1", temperature=0, max_tokens=16)
+    assert reply.choices[0].message.content == want.text
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.prompt_tokens == len(chat_ids)
+    assert reply.usage.completion_tokens == 16
+
+
+def test_streaming_gives_the_same_text(gateway, text_reference, chat_ids):
+    stream = gateway.client().chat.completions.create(
+        model=None or gateway.client().models.list().data[0].id,
+        messages=MESSAGES,
+        temperature=0,
+        max_tokens=16,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    pieces, finish, usage, roles = [], None, None, []
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            roles.append(choice.delta.role)
+            pieces.append(choice.delta.content or "")
+            finish = choice.finish_reason or finish
+    (want,) = vllm_says(text_reference, chat_ids, "gw-2", temperature=0, max_tokens=16)
+    assert "".join(pieces) == want.text
+    assert roles[0] == "assistant" and finish == "length"
+    assert usage.completion_tokens == 16 and usage.prompt_tokens == len(chat_ids)
+
+
+def test_n2_stop_strings_and_seed(gateway, text_reference, chat_ids):
+    client = gateway.client()
+    model = client.models.list().data[0].id
+    reply = client.chat.completions.create(
+        model=model, messages=MESSAGES, n=2, seed=3, temperature=1.0, max_tokens=12
+    )
+    want = vllm_says(text_reference, chat_ids, "gw-3", n=2, seed=3, temperature=1.0, max_tokens=12)
+    assert sorted(c.message.content for c in reply.choices) == sorted(o.text for o in want)
+    free = reply.choices[0].message.content
+    stop = free[4:6]
+    stopped = client.chat.completions.create(
+        model=model, messages=MESSAGES, n=1, seed=3, temperature=1.0, max_tokens=12, stop=[stop]
+    )
+    (want_stop,) = vllm_says(
+        text_reference, chat_ids, "gw-4", seed=3, temperature=1.0, max_tokens=12, stop=[stop]
+    )
+    assert stopped.choices[0].message.content == want_stop.text
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_json_schema_response_format(gateway):
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
+    client = gateway.client()
+    reply = client.chat.completions.create(
+        model=client.models.list().data[0].id,
+        messages=MESSAGES,
+        max_tokens=40,
+        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+    )
+    assert json.loads(reply.choices[0].message.content) in ({"ok": True}, {"ok": False})
+
+
+def test_logprobs_have_the_openai_shape(gateway):
+    client = gateway.client()
+    reply = client.chat.completions.create(
+        model=client.models.list().data[0].id,
+        messages=MESSAGES,
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    content = reply.choices[0].logprobs.content
+    assert len(content) == 4
+    assert all(
+        len(c.top_logprobs) == 2 and c.top_logprobs[0].logprob >= c.logprob - 1e-6 for c in content
+    )
+
+
+def test_errors_are_openai_shaped(gateway):
+    client = gateway.client()
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=MESSAGES)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model=client.models.list().data[0].id,
+            messages=[{"role": "user", "content": "x " * 3000}],
+        )
+    assert "maximum context length" in err.value.message
+    reply = httpx.post(f"{gateway.base_url}/v1/chat/completions", content=b"{not json")
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == 400
+    reply = httpx.post(
+        f"{gateway.base_url}/v1/chat/completions", json={"messages": MESSAGES, "temperature": "hot"}
+    )
+    assert reply.status_code == 400 and reply.json()["error"]["param"]
