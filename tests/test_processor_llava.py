@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from multimodal.processors.base import OptionError
 from multimodal.processors.llava_next import num_image_tokens
 from multimodal.prompt import expand
 from multimodal.registry import processor_for
+from tests.synthetic_images import IMAGES, image  # noqa: F401
 
 IMAGE = "<image>"
 # LLaVA-1.5's "USER: <image>\n... ASSISTANT:" prompt format.
@@ -27,26 +27,6 @@ CHAT_TEMPLATE = (
 # llava-v1.6's pinpoints, plus a model with an unusual set (odd multiples, 3x3) for the counts.
 NEXT_PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
 ODD_PINPOINTS = [[336, 336], [336, 1344], [1008, 672], [1008, 1008], [672, 1680], [2016, 336]]
-
-
-def image(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
-    rng = np.random.default_rng(seed)
-    base = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-    ramp = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
-    pixels = ((base.astype(np.float32) + ramp) / 2).astype(np.uint8)
-    return Image.fromarray(pixels, "RGB").convert(mode).convert("RGB")
-
-
-IMAGES = {
-    "square": image(300, 300, 1),
-    "tall": image(90, 400, 2),
-    "wide": image(500, 120, 3),
-    "very thin": image(600, 8, 4),
-    "tiny": image(10, 12, 5),
-    "large": image(1280, 960, 6),
-    "odd": image(333, 177, 7),
-    "grayscale": image(200, 150, 8, "L"),
-}
 
 
 def build_model(out_dir, kind: str, pinpoints=NEXT_PINPOINTS):
