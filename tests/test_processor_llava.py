@@ -13,7 +13,7 @@ from multimodal.processors.base import OptionError
 from multimodal.processors.llava_next import num_image_tokens
 from multimodal.prompt import expand
 from multimodal.registry import processor_for
-from tests.synthetic_images import IMAGES, image  # noqa: F401
+from tests.synthetic_images import IMAGES
 
 IMAGE = "<image>"
 # LLaVA-1.5's "USER: <image>\n... ASSISTANT:" prompt format.

@@ -8,7 +8,7 @@ import pytest
 from multimodal.processors.base import OptionError
 from multimodal.prompt import expand
 from multimodal.registry import processor_for
-from tests.synthetic_images import IMAGES, image  # noqa: F401
+from tests.synthetic_images import IMAGES
 
 
 @pytest.fixture(scope="module")
