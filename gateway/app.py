@@ -16,6 +16,7 @@ from gateway.chat import ChatRenderer
 from gateway.errors import GatewayError, error_body, error_response
 from gateway.pool import WorkerPool
 from gateway.serving_chat import ChatService
+from gateway.serving_completion import CompletionService
 from multimodal.fetch import create_http_client
 from multimodal.media import MediaPolicy
 from multimodal.registry import UnsupportedModel, processor_for
@@ -48,6 +49,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
             media_policy=config.media_policy,
             http_client=http,
         )
+        chat = app.state.chat
+        app.state.completions = CompletionService(chat.model_name, chat.tokenizer, chat.added, pool)
         yield
         await http.aclose()
         await pool.close()
@@ -91,6 +94,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         return await request.app.state.chat.create(await _json(request))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await request.app.state.completions.create(await _json(request))
 
     return app
 

@@ -10,19 +10,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from tokenizers import Tokenizer
 
 from gateway.chat import ChatRenderer, ChatRequestError
-from gateway.detokenizer import TextOptions, added_tokens
-from gateway.errors import GatewayError, error_body, from_grpc
+from gateway.detokenizer import added_tokens
+from gateway.errors import GatewayError, error_body
 from gateway.pool import WorkerPool
 from gateway.protocol import ChatCompletionRequest
 from gateway.sampling import SamplingError, max_tokens_for, to_proto
-from gateway.streaming import Choice, Usage, make_choices
+from gateway.streaming import Choice, Generation, Usage
 from gateway.worker import Worker
 from multimodal.errors import MediaError
 from multimodal.media import MediaPolicy, load_images
@@ -149,41 +148,15 @@ class _Run:
         generate: pb.GenerateRequest,
         prompt_ids: list[int],
     ) -> None:
-        self.service, self.request, self.worker, self.generate = service, request, worker, generate
-        options = TextOptions(
-            skip_special_tokens=request.skip_special_tokens,
-            spaces_between_special_tokens=request.spaces_between_special_tokens,
-            stop=tuple(request.stop_list()),
-            include_stop_str_in_output=request.include_stop_str_in_output,
-            min_tokens=request.min_tokens,
-        )
-        stop_ids = set(request.stop_token_ids or ())
-        if not request.ignore_eos:
-            stop_ids |= set(worker.facts.eos_token_ids)
-        self.choices = make_choices(
-            request.n, service.tokenizer, prompt_ids, options, service.added, stop_ids
-        )
-        self.usage = Usage(prompt_tokens=len(prompt_ids))
+        self.service, self.request = service, request
+        self.generation = Generation(request, worker, generate, service.tokenizer, service.added)
+        self.choices = self.generation.choices
+        self.usage = self.generation.usage
         self.id = generate.request_id
         self.created = int(time.time())
 
-    async def _responses(self) -> AsyncIterator[tuple[Choice, bool]]:
-        """(choice, finished) after each message from the worker."""
-        try:
-            async for response in self.worker.generate(self.generate):
-                if response.HasField("chunk"):
-                    chunk = response.chunk
-                    self.usage.cached_tokens = chunk.cached_tokens
-                    choice = self.choices[chunk.index]
-                    choice.on_chunk(chunk)
-                    yield choice, False
-                else:
-                    choice = self.choices[response.complete.index]
-                    choice.on_complete(response.complete)
-                    yield choice, True
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc(error) from None
-        self.usage.completion_tokens = sum(c.generated for c in self.choices)
+    def _responses(self) -> AsyncIterator[tuple[Choice, bool]]:
+        return self.generation.responses()
 
     async def complete(self) -> dict:
         async for _ in self._responses():

@@ -8,12 +8,16 @@ leaves such a token out of the text.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import grpc
 from tokenizers import Tokenizer
 
 from gateway.detokenizer import IncrementalText, TextOptions
+from gateway.errors import from_grpc
+from gateway.protocol import SamplingFields
+from gateway.worker import Worker
 from protos import vllm_engine_pb2 as pb
 
 
@@ -82,3 +86,55 @@ def make_choices(
         Choice(i, IncrementalText(tokenizer, prompt_ids, options, added), stop_ids)
         for i in range(n)
     ]
+
+
+class Generation:
+    """One GenerateRequest's exchange with its worker, accumulated per choice."""
+
+    def __init__(
+        self,
+        request: SamplingFields,
+        worker: Worker,
+        generate: pb.GenerateRequest,
+        tokenizer: Tokenizer,
+        added: Mapping[int, str],
+        first_index: int = 0,
+    ) -> None:
+        options = TextOptions(
+            skip_special_tokens=request.skip_special_tokens,
+            spaces_between_special_tokens=request.spaces_between_special_tokens,
+            stop=tuple(request.stop_list()),
+            include_stop_str_in_output=request.include_stop_str_in_output,
+            min_tokens=request.min_tokens,
+        )
+        stop_ids = set(request.stop_token_ids or ())
+        if not request.ignore_eos:
+            stop_ids |= set(worker.facts.eos_token_ids)
+        prompt_ids = list(generate.tokenized.input_ids)
+        self.choices = make_choices(request.n, tokenizer, prompt_ids, options, added, stop_ids)
+        for choice in self.choices:
+            choice.index += first_index
+        self.usage = Usage(prompt_tokens=len(prompt_ids))
+        self.worker, self.generate = worker, generate
+
+    async def responses(self) -> AsyncIterator[tuple[Choice, bool]]:
+        """(choice, finished) after each message from the worker."""
+        try:
+            async for response in self.worker.generate(self.generate):
+                if response.HasField("chunk"):
+                    self.usage.cached_tokens = response.chunk.cached_tokens
+                    choice = self.choices[response.chunk.index]
+                    choice.on_chunk(response.chunk)
+                    yield choice, False
+                else:
+                    choice = self.choices[response.complete.index]
+                    choice.on_complete(response.complete)
+                    yield choice, True
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc(error) from None
+        self.usage.completion_tokens = sum(c.generated for c in self.choices)
+
+    async def run(self) -> Generation:
+        async for _ in self.responses():
+            pass
+        return self

@@ -37,9 +37,11 @@ def chat_ids(text_model):
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
-def vllm_says(reference, ids, name, **params):
+def vllm_says(reference, prompt, name, **params):
+    """Token ids, or text that vLLM tokenizes itself as it does for a completion."""
     params = SamplingParams(output_kind=RequestOutputKind.FINAL_ONLY, **params)
-    return reference.generate(tokens_input(ids), params, name).outputs
+    prompt = prompt if isinstance(prompt, str) else tokens_input(prompt)
+    return reference.generate(prompt, params, name).outputs
 
 
 def test_chat_equals_vllm(gateway, text_reference, chat_ids):
@@ -148,3 +150,37 @@ def test_errors_are_openai_shaped(gateway):
         f"{gateway.base_url}/v1/chat/completions", json={"messages": MESSAGES, "temperature": "hot"}
     )
     assert reply.status_code == 400 and reply.json()["error"]["param"]
+
+
+def test_completions_equal_vllm(gateway, text_reference):
+    client = gateway.client()
+    model = client.models.list().data[0].id
+    prompts = ["def f(x):", "import sys\n"]
+    reply = client.completions.create(model=model, prompt=prompts, max_tokens=10, temperature=0)
+    want = [
+        vllm_says(text_reference, p, f"cmpl-{i}", max_tokens=10, temperature=0)[0].text
+        for i, p in enumerate(prompts)
+    ]
+    assert [c.text for c in sorted(reply.choices, key=lambda c: c.index)] == want
+    assert reply.usage.completion_tokens == 20
+    streamed = client.completions.create(
+        model=model, prompt=prompts[0], max_tokens=10, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == want[0]
+
+
+def test_completions_with_token_ids_and_echo(gateway, text_model):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(text_model / "tokenizer.json"))
+    client = gateway.client()
+    model = client.models.list().data[0].id
+    ids = tokenizer.encode("class A:").ids
+    by_ids = client.completions.create(model=model, prompt=ids, max_tokens=6, temperature=0)
+    by_text = client.completions.create(
+        model=model, prompt="class A:", max_tokens=6, temperature=0, echo=True
+    )
+    assert by_text.choices[0].text == "class A:" + by_ids.choices[0].text
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=model, prompt="x", suffix="y")
+    assert "suffix" in err.value.message

@@ -1,0 +1,192 @@
+"""POST /v1/completions: prompts as text or token ids, no chat template."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from tokenizers import Tokenizer
+
+from gateway.errors import GatewayError, error_body
+from gateway.pool import WorkerPool
+from gateway.protocol import CompletionRequest
+from gateway.sampling import SamplingError, max_tokens_for, to_proto
+from gateway.streaming import Generation, Usage
+from protos import vllm_engine_pb2 as pb
+
+
+class CompletionService:
+    def __init__(
+        self, model_name: str, tokenizer: Tokenizer, added: dict[int, str], pool: WorkerPool
+    ) -> None:
+        self.model_name, self.tokenizer, self.added, self.pool = model_name, tokenizer, added, pool
+
+    async def create(self, body: Any) -> JSONResponse | StreamingResponse:
+        request = _parse(body)
+        if request.model not in (None, self.model_name):
+            raise GatewayError(f"The model `{request.model}` does not exist.", 404, "model")
+        if request.suffix is not None:
+            raise GatewayError("suffix is not supported", 400, "suffix")
+        worker = self.pool.pick()
+        request_id = request.request_id or f"cmpl-{uuid.uuid4().hex}"
+        prompts = self._prompts(request)
+        runs = [
+            Generation(
+                request,
+                worker,
+                self._generate(request, f"{request_id}-{i}", ids, worker),
+                self.tokenizer,
+                self.added,
+                first_index=i * request.n,
+            )
+            for i, (ids, _text) in enumerate(prompts)
+        ]
+        texts = [text for _ids, text in prompts]
+        reply = _Reply(self.model_name, request_id, request, runs, texts)
+        if request.stream:
+            return StreamingResponse(reply.sse(), media_type="text/event-stream")
+        await asyncio.gather(*(run.run() for run in runs))
+        return JSONResponse(reply.body())
+
+    def _prompts(self, request: CompletionRequest) -> list[tuple[list[int], str]]:
+        prompt = request.prompt
+        if isinstance(prompt, str) or prompt and isinstance(prompt[0], int):
+            prompt = [prompt]
+        if not prompt:
+            raise GatewayError("prompt must not be empty", 400, "prompt")
+        out = []
+        for item in prompt:
+            if isinstance(item, str):
+                out.append((self.tokenizer.encode(item, add_special_tokens=True).ids, item))
+            else:
+                out.append((list(item), self.tokenizer.decode(list(item))))
+        return out
+
+    def _generate(
+        self, request: CompletionRequest, request_id: str, ids: list[int], worker
+    ) -> pb.GenerateRequest:
+        facts = worker.facts
+        if not ids:
+            raise GatewayError("prompt must not be empty", 400, "prompt")
+        if max(ids) >= facts.vocab_size:
+            raise GatewayError(f"token id {max(ids)} is out of vocabulary", 400, "prompt")
+        try:
+            max_tokens = max_tokens_for(
+                request.requested_max_tokens(),
+                len(ids),
+                facts.max_context_length,
+                facts.sampling_defaults,
+            )
+        except SamplingError as error:
+            raise GatewayError(str(error), 400, "prompt") from None
+        return pb.GenerateRequest(
+            request_id=request_id,
+            tokenized=pb.TokenizedInput(input_ids=ids),
+            sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
+            stream=True,
+        )
+
+
+def _parse(body: Any) -> CompletionRequest:
+    try:
+        return CompletionRequest.model_validate(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        param = ".".join(str(p) for p in first.get("loc", ())) or None
+        raise GatewayError(first["msg"], 400, param) from None
+
+
+class _Reply:
+    def __init__(
+        self,
+        model: str,
+        request_id: str,
+        request: CompletionRequest,
+        runs: list[Generation],
+        prompt_texts: list[str],
+    ) -> None:
+        self.model, self.id, self.request, self.runs = model, request_id, request, runs
+        self.prompt_texts = prompt_texts
+        self.created = int(time.time())
+
+    def _usage(self) -> dict:
+        total = Usage(
+            sum(r.usage.prompt_tokens for r in self.runs),
+            sum(r.usage.cached_tokens for r in self.runs),
+            sum(r.usage.completion_tokens for r in self.runs),
+        )
+        return total.as_dict()
+
+    def body(self) -> dict:
+        choices = []
+        for run, prompt in zip(self.runs, self.prompt_texts):
+            for choice in run.choices:
+                text = choice.text.release(finished=True)
+                choices.append(
+                    {
+                        "index": choice.index,
+                        "text": (prompt + text) if self.request.echo else text,
+                        "logprobs": None,
+                        "finish_reason": choice.finish_reason,
+                        "stop_reason": choice.stop_reason,
+                    }
+                )
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": sorted(choices, key=lambda c: c["index"]),
+            "usage": self._usage(),
+        }
+
+    async def sse(self) -> AsyncIterator[str]:
+        try:
+            for run, prompt in zip(self.runs, self.prompt_texts):
+                if self.request.echo:
+                    for choice in run.choices:
+                        yield self._event(choice.index, prompt, None)
+                async for choice, finished in run.responses():
+                    delta = choice.text.release(finished=finished)
+                    if delta or finished:
+                        yield self._event(
+                            choice.index, delta, choice.finish_reason if finished else None
+                        )
+            options = self.request.stream_options
+            if options and options.include_usage:
+                yield self._data(
+                    {
+                        "id": self.id,
+                        "object": "text_completion",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": self._usage(),
+                    }
+                )
+        except GatewayError as error:
+            yield self._data(error_body(error.message, error.status, error.param))
+        yield "data: [DONE]\n\n"
+
+    def _event(self, index: int, text: str, finish: str | None) -> str:
+        return self._data(
+            {
+                "id": self.id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+        )
+
+    @staticmethod
+    def _data(body: dict) -> str:
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
