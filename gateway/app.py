@@ -17,6 +17,7 @@ from gateway.errors import GatewayError, error_body, error_response
 from gateway.pool import WorkerPool
 from gateway.serving_chat import ChatService
 from gateway.serving_completion import CompletionService
+from gateway.serving_embedding import EmbeddingService
 from multimodal.fetch import create_http_client
 from multimodal.media import MediaPolicy
 from multimodal.registry import UnsupportedModel, processor_for
@@ -51,6 +52,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
         )
         chat = app.state.chat
         app.state.completions = CompletionService(chat.model_name, chat.tokenizer, chat.added, pool)
+        app.state.embeddings = EmbeddingService(chat.model_name, chat.tokenizer, pool)
         yield
         await http.aclose()
         await pool.close()
@@ -98,6 +100,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request):
         return await request.app.state.completions.create(await _json(request))
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request):
+        return await request.app.state.embeddings.create(await _json(request))
 
     return app
 

@@ -57,3 +57,21 @@ def test_embed_rejects_empty_and_out_of_vocab(worker):
         with pytest.raises(grpc.RpcError) as err:
             worker.stub().Embed(pb.EmbedRequest(tokenized=pb.TokenizedInput(input_ids=ids)))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_openai_embeddings_through_the_gateway(
+    worker, reference, tokenizer, embedding_model, tmp_path_factory
+):
+    from tests.gateway_process import GatewayProcess
+
+    log = tmp_path_factory.mktemp("gw-embed") / "gateway.log"
+    gateway = GatewayProcess(embedding_model, [worker.address], log).wait_ready()
+    try:
+        client = gateway.client()
+        reply = client.embeddings.create(model=client.models.list().data[0].id, input=TEXTS)
+        for item, text in zip(reply.data, TEXTS):
+            expected = reference.embed(tokenizer.encode(text), f"gw-{text}")
+            assert all(math.isclose(a, b, abs_tol=1e-5) for a, b in zip(item.embedding, expected))
+        assert reply.usage.prompt_tokens == sum(len(tokenizer.encode(t)) for t in TEXTS)
+    finally:
+        gateway.stop()

@@ -1,0 +1,102 @@
+"""POST /v1/embeddings over the workers' Embed RPC (pooling models)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+import uuid
+from typing import Any, Literal
+
+import grpc
+from pydantic import BaseModel, ConfigDict, ValidationError
+from tokenizers import Tokenizer
+
+from gateway.errors import GatewayError, from_grpc
+from gateway.pool import WorkerPool
+from protos import vllm_engine_pb2 as pb
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+
+
+class EmbeddingService:
+    def __init__(self, model_name: str, tokenizer: Tokenizer, pool: WorkerPool) -> None:
+        self.model_name, self.tokenizer, self.pool = model_name, tokenizer, pool
+
+    async def create(self, body: Any) -> dict:
+        request = _parse(body)
+        if request.model not in (None, self.model_name):
+            raise GatewayError(f"The model `{request.model}` does not exist.", 404, "model")
+        if request.dimensions is not None:
+            raise GatewayError("dimensions is not supported by this model", 400, "dimensions")
+        worker = self.pool.pick()
+        if worker.facts.is_generation:
+            raise GatewayError("this model does not support embeddings", 400, "model")
+        inputs = self._token_ids(request.input, worker.facts.max_context_length)
+        try:
+            replies = await asyncio.gather(
+                *(
+                    worker.embed(
+                        pb.EmbedRequest(
+                            request_id=f"embd-{uuid.uuid4().hex}",
+                            tokenized=pb.TokenizedInput(input_ids=ids),
+                        )
+                    )
+                    for ids in inputs
+                )
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc(error) from None
+        tokens = sum(r.prompt_tokens for r in replies)
+        return {
+            "object": "list",
+            "model": self.model_name,
+            "data": [
+                {
+                    "object": "embedding",
+                    "index": i,
+                    "embedding": _encode(list(r.embedding), request.encoding_format),
+                }
+                for i, r in enumerate(replies)
+            ],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    def _token_ids(self, value, max_len: int) -> list[list[int]]:
+        items = (
+            [value]
+            if isinstance(value, str) or (value and isinstance(value[0], int))
+            else list(value)
+        )
+        if not items:
+            raise GatewayError("input must not be empty", 400, "input")
+        out = [
+            self.tokenizer.encode(i, add_special_tokens=True).ids if isinstance(i, str) else list(i)
+            for i in items
+        ]
+        for ids in out:
+            if not ids or len(ids) > max_len:
+                raise GatewayError(
+                    f"each input must have 1 to {max_len} tokens, got {len(ids)}", 400, "input"
+                )
+        return out
+
+
+def _encode(vector: list[float], fmt: str) -> list[float] | str:
+    if fmt == "float":
+        return vector
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+
+
+def _parse(body: Any) -> EmbeddingRequest:
+    try:
+        return EmbeddingRequest.model_validate(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise GatewayError(first["msg"], 400, ".".join(map(str, first.get("loc", ())))) from None
