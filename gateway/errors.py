@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from http import HTTPStatus
+from typing import TypeVar
 
 import grpc
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class GatewayError(Exception):
@@ -44,3 +48,18 @@ def from_grpc(error: grpc.aio.AioRpcError) -> GatewayError:
     status = _GRPC_STATUS.get(error.code(), HTTPStatus.INTERNAL_SERVER_ERROR)
     prefix = "" if status == HTTPStatus.BAD_REQUEST else "engine worker: "
     return GatewayError(f"{prefix}{error.details() or error.code().name}", int(status))
+
+
+def parse_body(model: type[ModelT], body: object) -> ModelT:
+    """Validate a request body; the first problem becomes a 400 naming its field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        param = ".".join(str(p) for p in first.get("loc", ())) or None
+        raise GatewayError(first["msg"], 400, param) from None
+
+
+def check_model(requested: str | None, served: str) -> None:
+    if requested not in (None, served):
+        raise GatewayError(f"The model `{requested}` does not exist.", 404, "model")

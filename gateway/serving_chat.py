@@ -12,12 +12,11 @@ from typing import Any
 
 import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import ValidationError
 from tokenizers import Tokenizer
 
 from gateway.chat import ChatRenderer, ChatRequestError
 from gateway.detokenizer import added_tokens
-from gateway.errors import GatewayError, error_body
+from gateway.errors import GatewayError, check_model, error_body, parse_body
 from gateway.pool import WorkerPool
 from gateway.protocol import ChatCompletionRequest
 from gateway.sampling import SamplingError, max_tokens_for, to_proto
@@ -59,9 +58,8 @@ class ChatService:
         self.http = http_client
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
-        request = parse(body)
-        if request.model not in (None, self.model_name):
-            raise GatewayError(f"The model `{request.model}` does not exist.", 404, "model")
+        request = parse_body(ChatCompletionRequest, body)
+        check_model(request.model, self.model_name)
         worker = self.pool.pick()
         prompt = await self._prompt(request, worker)
         facts = worker.facts
@@ -114,15 +112,6 @@ class ChatService:
         except (OptionError, PromptError) as error:
             raise GatewayError(str(error), 400, "mm_processor_kwargs") from error
         return Prompt(prepared.prompt_ids, rendered.prompt, prepared.mm_inputs)
-
-
-def parse(body: Any) -> ChatCompletionRequest:
-    try:
-        return ChatCompletionRequest.model_validate(body)
-    except ValidationError as error:
-        first = error.errors()[0]
-        param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise GatewayError(f"{first['msg']}", 400, param) from None
 
 
 def _max_tokens(request: ChatCompletionRequest, prompt_len: int, facts) -> int:

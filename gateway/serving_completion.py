@@ -10,10 +10,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import ValidationError
 from tokenizers import Tokenizer
 
-from gateway.errors import GatewayError, error_body
+from gateway.errors import GatewayError, check_model, error_body, parse_body
 from gateway.pool import WorkerPool
 from gateway.protocol import CompletionRequest
 from gateway.sampling import SamplingError, max_tokens_for, to_proto
@@ -28,9 +27,8 @@ class CompletionService:
         self.model_name, self.tokenizer, self.added, self.pool = model_name, tokenizer, added, pool
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
-        request = _parse(body)
-        if request.model not in (None, self.model_name):
-            raise GatewayError(f"The model `{request.model}` does not exist.", 404, "model")
+        request = parse_body(CompletionRequest, body)
+        check_model(request.model, self.model_name)
         if request.suffix is not None:
             raise GatewayError("suffix is not supported", 400, "suffix")
         worker = self.pool.pick()
@@ -91,15 +89,6 @@ class CompletionService:
             sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
             stream=True,
         )
-
-
-def _parse(body: Any) -> CompletionRequest:
-    try:
-        return CompletionRequest.model_validate(body)
-    except ValidationError as error:
-        first = error.errors()[0]
-        param = ".".join(str(p) for p in first.get("loc", ())) or None
-        raise GatewayError(first["msg"], 400, param) from None
 
 
 class _Reply:

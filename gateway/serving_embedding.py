@@ -9,10 +9,10 @@ import uuid
 from typing import Any, Literal
 
 import grpc
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from tokenizers import Tokenizer
 
-from gateway.errors import GatewayError, from_grpc
+from gateway.errors import GatewayError, check_model, from_grpc, parse_body
 from gateway.pool import WorkerPool
 from protos import vllm_engine_pb2 as pb
 
@@ -30,9 +30,8 @@ class EmbeddingService:
         self.model_name, self.tokenizer, self.pool = model_name, tokenizer, pool
 
     async def create(self, body: Any) -> dict:
-        request = _parse(body)
-        if request.model not in (None, self.model_name):
-            raise GatewayError(f"The model `{request.model}` does not exist.", 404, "model")
+        request = parse_body(EmbeddingRequest, body)
+        check_model(request.model, self.model_name)
         if request.dimensions is not None:
             raise GatewayError("dimensions is not supported by this model", 400, "dimensions")
         worker = self.pool.pick()
@@ -92,11 +91,3 @@ def _encode(vector: list[float], fmt: str) -> list[float] | str:
     if fmt == "float":
         return vector
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-
-
-def _parse(body: Any) -> EmbeddingRequest:
-    try:
-        return EmbeddingRequest.model_validate(body)
-    except ValidationError as error:
-        first = error.errors()[0]
-        raise GatewayError(first["msg"], 400, ".".join(map(str, first.get("loc", ())))) from None
