@@ -9,20 +9,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response
 from tokenizers import Tokenizer
 
 from gateway.chat import ChatRenderer
 from gateway.errors import GatewayError, error_body, error_response
+from gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.middleware import ApiKeyMiddleware, RequestMiddleware
 from gateway.pool import WorkerPool
 from gateway.serving_chat import ChatService
 from gateway.serving_completion import CompletionService
 from gateway.serving_embedding import EmbeddingService
+from gateway.serving_tokenize import TokenizeService
 from multimodal.fetch import create_http_client
 from multimodal.media import MediaPolicy
 from multimodal.registry import UnsupportedModel, processor_for
 
 VERSION = "0.1.0"
+
+
+@dataclass
+class CorsConfig:
+    """vLLM's --allowed-origins/methods/headers and --allow-credentials; no origins by default."""
+
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
 
 
 @dataclass
@@ -32,27 +46,21 @@ class GatewayConfig:
     served_model_name: str | None = None
     chat_template: str | None = None
     media_policy: MediaPolicy = field(default_factory=MediaPolicy)
+    api_keys: list[str] = field(default_factory=list)
+    cors: CorsConfig = field(default_factory=CorsConfig)
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
+    metrics = GatewayMetrics()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         pool = WorkerPool(config.workers)
-        await pool.start()
+        facts = await pool.start()
+        metrics.watch(pool.collector())
         http = create_http_client(config.media_policy)
         app.state.pool = pool
-        app.state.chat = ChatService(
-            model_name=config.served_model_name or str(config.model),
-            renderer=ChatRenderer.from_model_dir(config.model, config.chat_template),
-            tokenizer=Tokenizer.from_file(str(config.model / "tokenizer.json")),
-            processor=_image_processor(config.model),
-            pool=pool,
-            media_policy=config.media_policy,
-            http_client=http,
-        )
-        chat = app.state.chat
-        app.state.completions = CompletionService(chat.model_name, chat.tokenizer, chat.added, pool)
-        app.state.embeddings = EmbeddingService(chat.model_name, chat.tokenizer, pool)
+        _services(app, config, pool, facts, http, metrics)
         yield
         await http.aclose()
         await pool.close()
@@ -105,7 +113,66 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def embeddings(request: Request):
         return await request.app.state.embeddings.create(await _json(request))
 
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        return await request.app.state.tokenize.tokenize(await _json(request))
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        return await request.app.state.tokenize.detokenize(await _json(request))
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+    _middleware(app, config, metrics)
     return app
+
+
+def _services(app: FastAPI, config: GatewayConfig, pool, facts, http, metrics) -> None:
+    clean_up = _clean_up_spaces(config.model)
+    chat = ChatService(
+        model_name=config.served_model_name or str(config.model),
+        renderer=ChatRenderer.from_model_dir(config.model, config.chat_template),
+        tokenizer=Tokenizer.from_file(str(config.model / "tokenizer.json")),
+        processor=_image_processor(config.model),
+        pool=pool,
+        media_policy=config.media_policy,
+        http_client=http,
+        metrics=metrics,
+    )
+    app.state.chat = chat
+    app.state.completions = CompletionService(
+        chat.model_name, chat.tokenizer, chat.added, pool, metrics, clean_up
+    )
+    app.state.embeddings = EmbeddingService(chat.model_name, chat.tokenizer, pool)
+    app.state.tokenize = TokenizeService(chat, facts.max_context_length, clean_up)
+
+
+def _middleware(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> None:
+    """Outermost last: request ids and logs see everything, CORS answers preflights before
+    the API key is asked for."""
+    if config.api_keys:
+        app.add_middleware(ApiKeyMiddleware, keys=config.api_keys)
+    if config.cors.allowed_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=config.cors.allowed_origins,
+            allow_methods=config.cors.allowed_methods,
+            allow_headers=config.cors.allowed_headers,
+            allow_credentials=config.cors.allow_credentials,
+            expose_headers=["X-Request-Id"],
+        )
+    routes = {route.path for route in app.routes}
+    app.add_middleware(RequestMiddleware, metrics=metrics, routes=routes)
+
+
+def _clean_up_spaces(model: Path) -> bool:
+    try:
+        config = json.loads((model / "tokenizer_config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(config.get("clean_up_tokenization_spaces", False))
 
 
 async def _json(request: Request) -> object:

@@ -709,6 +709,7 @@ class ChatRenderer:
         continue_final_message: bool = False,
         tools: list[dict] | None = None,
         chat_template_kwargs: dict | None = None,
+        add_special_tokens: bool = False,
     ) -> RenderedChat:
         kwargs = _template_kwargs(chat_template_kwargs)
         tools_value = kwargs.pop("tools", normalize_tools(tools) if tools is not None else None)
@@ -728,7 +729,7 @@ class ChatRenderer:
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
         )
-        ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+        ids = self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens).ids
         return RenderedChat(prompt=prompt, token_ids=ids, image_urls=images)
 
     def _conversation(

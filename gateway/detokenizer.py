@@ -155,3 +155,19 @@ class IncrementalText:
 
 def added_tokens(tokenizer: Tokenizer) -> dict[int, str]:
     return {tid: tok.content for tid, tok in tokenizer.get_added_tokens_decoder().items()}
+
+
+_CLEANUPS = (
+    (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+    (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
+)  # fmt: skip
+
+
+def decode_prompt(tokenizer: Tokenizer, ids: Sequence[int], clean_up_spaces: bool = False) -> str:
+    """transformers' `tokenizer.decode(ids)` (what vLLM uses for prompts): specials kept,
+    and the tokenizer config's clean_up_tokenization_spaces applied."""
+    text = tokenizer.decode(list(ids), skip_special_tokens=False)
+    if clean_up_spaces:
+        for before, after in _CLEANUPS:
+            text = text.replace(before, after)
+    return text

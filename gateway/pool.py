@@ -10,6 +10,7 @@ import itertools
 import logging
 
 from gateway.errors import GatewayError
+from gateway.metrics import GaugesFrom
 from gateway.worker import Worker, WorkerFacts
 
 log = logging.getLogger("mmgate.gateway")
@@ -46,6 +47,21 @@ class WorkerPool:
 
     def any_healthy(self) -> bool:
         return any(w.healthy for w in self.workers)
+
+    def collector(self) -> GaugesFrom:
+        """Per-worker gauges for /metrics, read from the workers at scrape time."""
+        return GaugesFrom(
+            [
+                ("mmgate_worker_healthy", "1 if the worker passes health checks", ["worker"]),
+                ("mmgate_worker_requests_in_flight", "calls open on the worker", ["worker"]),
+            ],
+            lambda: {
+                "mmgate_worker_healthy": [([w.url], float(w.healthy)) for w in self.workers],
+                "mmgate_worker_requests_in_flight": [
+                    ([w.url], float(w.in_flight)) for w in self.workers
+                ],
+            },
+        )
 
     async def _check_forever(self) -> None:
         while True:

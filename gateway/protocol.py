@@ -22,6 +22,13 @@ UNSUPPORTED = (
 )
 
 
+# vLLM's words: a request may not bring its own template unless the operator trusts requests.
+UNTRUSTED_TEMPLATE = (
+    "Chat template is passed with request, but --trust-request-chat-template is not set. "
+    "Refused request with untrusted chat template."
+)
+
+
 class JsonSchema(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="allow")
     name: str | None = None
@@ -117,19 +124,26 @@ class SamplingFields(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatPromptFields(BaseModel):
+    """What turns messages into a prompt: chat completions and /tokenize share it."""
+
+    model_config = ConfigDict(extra="allow")
     messages: list[dict[str, Any]] = Field(min_length=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
-    echo: bool = False
+    add_special_tokens: bool = False
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(ChatPromptFields, SamplingFields):
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    tool_choice: str | dict[str, Any] | None = None
+    echo: bool = False
 
     def output_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
@@ -149,3 +163,22 @@ class CompletionRequest(SamplingFields):
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens if "max_tokens" in self.model_fields_set else 16
+
+
+class TokenizeCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = True
+    return_token_strs: bool | None = False
+
+
+class TokenizeChatRequest(ChatPromptFields):
+    model: str | None = None
+    return_token_strs: bool | None = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    tokens: list[int]

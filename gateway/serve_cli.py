@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 from pathlib import Path
 
 DESCRIPTION = """\
@@ -43,17 +43,42 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CIDR",
         help="networks image URLs may resolve to despite being private/loopback",
     )
+    p.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        help="require `Authorization: Bearer KEY` on /v1/*; repeat for several keys "
+        "(also read from $VLLM_API_KEY)",
+    )
+    p.add_argument(
+        "--allowed-origins",
+        nargs="*",
+        default=[],
+        help="browser origins allowed by CORS, e.g. https://app.example or '*' "
+        "(default: none; vLLM's default is '*')",
+    )
+    p.add_argument("--allowed-methods", nargs="*", default=["*"], help="CORS methods")
+    p.add_argument("--allowed-headers", nargs="*", default=["*"], help="CORS request headers")
+    p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text (key=value fields) or one JSON object per line; both carry request ids",
+    )
     return p
 
 
 def main(argv: list[str]) -> int:
     import uvicorn
 
-    from gateway.app import GatewayConfig, create_app
+    from gateway.app import CorsConfig, GatewayConfig, create_app
     from gateway.chat import read_chat_template_arg
+    from gateway.request_log import configure_logging
     from multimodal.media import MediaPolicy
 
     args = build_parser().parse_args(argv)
+    env_key = os.environ.get("VLLM_API_KEY")
     policy = MediaPolicy(
         allowed_domains=tuple(args.allowed_media_domains) if args.allowed_media_domains else None,
         allowed_networks=tuple(args.allow_private_media_networks),
@@ -65,9 +90,16 @@ def main(argv: list[str]) -> int:
         served_model_name=args.served_model_name,
         chat_template=read_chat_template_arg(args.chat_template) if args.chat_template else None,
         media_policy=policy,
+        api_keys=args.api_key + ([env_key] if env_key else []),
+        cors=CorsConfig(
+            allowed_origins=args.allowed_origins,
+            allowed_methods=args.allowed_methods,
+            allowed_headers=args.allowed_headers,
+            allow_credentials=args.allow_credentials,
+        ),
     )
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    configure_logging(args.log_format)
+    uvicorn.run(
+        create_app(config), host=args.host, port=args.port, log_config=None, access_log=False
     )
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="info")
     return 0

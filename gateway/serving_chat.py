@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,14 +16,16 @@ from tokenizers import Tokenizer
 from gateway.chat import ChatRenderer, ChatRequestError
 from gateway.detokenizer import added_tokens
 from gateway.errors import GatewayError, check_model, error_body, parse_body
+from gateway.metrics import GatewayMetrics
 from gateway.pool import WorkerPool
-from gateway.protocol import ChatCompletionRequest
+from gateway.protocol import UNTRUSTED_TEMPLATE, ChatCompletionRequest, ChatPromptFields
+from gateway.request_log import engine_request_id
 from gateway.sampling import SamplingError, max_tokens_for, to_proto
 from gateway.streaming import Choice, Generation, Usage
 from gateway.worker import Worker
 from multimodal.errors import MediaError
 from multimodal.media import MediaPolicy, load_images
-from multimodal.pipeline import prepare
+from multimodal.pipeline import PixelEncoding, prepare
 from multimodal.processors.base import ImageProcessor, OptionError
 from multimodal.prompt import PromptError
 from protos import vllm_engine_pb2 as pb
@@ -47,6 +48,7 @@ class ChatService:
         pool: WorkerPool,
         media_policy: MediaPolicy,
         http_client: httpx.AsyncClient,
+        metrics: GatewayMetrics,
     ) -> None:
         self.model_name = model_name
         self.renderer = renderer
@@ -56,16 +58,19 @@ class ChatService:
         self.pool = pool
         self.media_policy = media_policy
         self.http = http_client
+        self.metrics = metrics
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(ChatCompletionRequest, body)
         check_model(request.model, self.model_name)
         worker = self.pool.pick()
-        prompt = await self._prompt(request, worker)
         facts = worker.facts
+        prompt = await self.prompt(request, facts.pixels)
+        if prompt.mm_inputs is not None and not facts.supports_vision:
+            raise GatewayError("the engine worker does not accept images", 400, "messages")
         max_tokens = _max_tokens(request, len(prompt.ids), facts)
         generate = pb.GenerateRequest(
-            request_id=request.request_id or f"chatcmpl-{uuid.uuid4().hex}",
+            request_id=f"chatcmpl-{engine_request_id(request.request_id)}",
             tokenized=pb.TokenizedInput(input_ids=prompt.ids, original_text=prompt.text),
             sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
             stream=True,
@@ -77,7 +82,10 @@ class ChatService:
             return StreamingResponse(run.sse(), media_type="text/event-stream")
         return JSONResponse(await run.complete())
 
-    async def _prompt(self, request: ChatCompletionRequest, worker: Worker) -> Prompt:
+    async def prompt(self, request: ChatPromptFields, pixels: PixelEncoding) -> Prompt:
+        """Rendered, tokenized and (with images) preprocessed for an engine taking `pixels`."""
+        if request.chat_template is not None:
+            raise GatewayError(UNTRUSTED_TEMPLATE, 400, "chat_template")
         try:
             # vLLM renders tools even with tool_choice "none" (unless told otherwise).
             rendered = self.renderer.render(
@@ -86,27 +94,33 @@ class ChatService:
                 continue_final_message=request.continue_final_message,
                 tools=request.tools,
                 chat_template_kwargs=request.chat_template_kwargs,
+                add_special_tokens=request.add_special_tokens,
             )
         except ChatRequestError as error:
             raise GatewayError(str(error), 400, "messages") from error
         if not rendered.image_urls:
             return Prompt(rendered.token_ids, rendered.prompt, None)
-        return await self._with_images(request, worker, rendered)
+        return await self._with_images(request, pixels, rendered)
 
-    async def _with_images(self, request, worker: Worker, rendered) -> Prompt:
-        if self.processor is None or not worker.facts.supports_vision:
+    async def _with_images(self, request, pixels: PixelEncoding, rendered) -> Prompt:
+        if self.processor is None:
             raise GatewayError("this model does not accept images", 400, "messages")
         urls = [url for url, _detail in rendered.image_urls]
         try:
+            started = time.perf_counter()
             images = await load_images(urls, self.media_policy, self.http)
+            fetched = time.perf_counter()
             prepared = await asyncio.to_thread(
                 prepare,
                 self.processor,
                 rendered.token_ids,
                 images,
                 request.mm_processor_kwargs or {},
-                worker.facts.pixels,
+                pixels,
             )
+            self.metrics.preprocess.labels("fetch").observe(fetched - started)
+            self.metrics.preprocess.labels("process").observe(time.perf_counter() - fetched)
+            self.metrics.images.inc(len(images))
         except MediaError as error:
             raise GatewayError(f"invalid image: {error}", 400, "messages") from error
         except (OptionError, PromptError) as error:
@@ -138,7 +152,9 @@ class _Run:
         prompt_ids: list[int],
     ) -> None:
         self.service, self.request = service, request
-        self.generation = Generation(request, worker, generate, service.tokenizer, service.added)
+        self.generation = Generation(
+            request, worker, generate, service.tokenizer, service.added, metrics=service.metrics
+        )
         self.choices = self.generation.choices
         self.usage = self.generation.usage
         self.id = generate.request_id

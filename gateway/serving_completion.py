@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 from tokenizers import Tokenizer
 
+from gateway.detokenizer import decode_prompt
 from gateway.errors import GatewayError, check_model, error_body, parse_body
+from gateway.metrics import GatewayMetrics
 from gateway.pool import WorkerPool
 from gateway.protocol import CompletionRequest
+from gateway.request_log import engine_request_id
 from gateway.sampling import SamplingError, max_tokens_for, to_proto
 from gateway.streaming import Generation, Usage
 from protos import vllm_engine_pb2 as pb
@@ -22,9 +24,16 @@ from protos import vllm_engine_pb2 as pb
 
 class CompletionService:
     def __init__(
-        self, model_name: str, tokenizer: Tokenizer, added: dict[int, str], pool: WorkerPool
+        self,
+        model_name: str,
+        tokenizer: Tokenizer,
+        added: dict[int, str],
+        pool: WorkerPool,
+        metrics: GatewayMetrics,
+        clean_up_spaces: bool = False,
     ) -> None:
         self.model_name, self.tokenizer, self.added, self.pool = model_name, tokenizer, added, pool
+        self.metrics, self.clean_up_spaces = metrics, clean_up_spaces
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(CompletionRequest, body)
@@ -32,7 +41,7 @@ class CompletionService:
         if request.suffix is not None:
             raise GatewayError("suffix is not supported", 400, "suffix")
         worker = self.pool.pick()
-        request_id = request.request_id or f"cmpl-{uuid.uuid4().hex}"
+        request_id = f"cmpl-{engine_request_id(request.request_id)}"
         prompts = self._prompts(request)
         runs = [
             Generation(
@@ -42,6 +51,7 @@ class CompletionService:
                 self.tokenizer,
                 self.added,
                 first_index=i * request.n,
+                metrics=self.metrics,
             )
             for i, (ids, _text) in enumerate(prompts)
         ]
@@ -63,7 +73,7 @@ class CompletionService:
             if isinstance(item, str):
                 out.append((self.tokenizer.encode(item, add_special_tokens=True).ids, item))
             else:
-                out.append((list(item), self.tokenizer.decode(list(item))))
+                out.append((list(item), decode_prompt(self.tokenizer, item, self.clean_up_spaces)))
         return out
 
     def _generate(

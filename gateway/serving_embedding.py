@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import struct
-import uuid
 from typing import Any, Literal
 
 import grpc
@@ -14,6 +13,7 @@ from tokenizers import Tokenizer
 
 from gateway.errors import GatewayError, check_model, from_grpc, parse_body
 from gateway.pool import WorkerPool
+from gateway.request_log import engine_request_id
 from protos import vllm_engine_pb2 as pb
 
 
@@ -43,11 +43,11 @@ class EmbeddingService:
                 *(
                     worker.embed(
                         pb.EmbedRequest(
-                            request_id=f"embd-{uuid.uuid4().hex}",
+                            request_id=f"embd-{engine_request_id(None)}-{i}",
                             tokenized=pb.TokenizedInput(input_ids=ids),
                         )
                     )
-                    for ids in inputs
+                    for i, ids in enumerate(inputs)
                 )
             )
         except grpc.aio.AioRpcError as error:

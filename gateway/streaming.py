@@ -8,6 +8,7 @@ leaves such a token out of the text.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from tokenizers import Tokenizer
 
 from gateway.detokenizer import IncrementalText, TextOptions
 from gateway.errors import from_grpc
+from gateway.metrics import GatewayMetrics
 from gateway.protocol import SamplingFields
 from gateway.worker import Worker
 from protos import vllm_engine_pb2 as pb
@@ -99,6 +101,7 @@ class Generation:
         tokenizer: Tokenizer,
         added: Mapping[int, str],
         first_index: int = 0,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         options = TextOptions(
             skip_special_tokens=request.skip_special_tokens,
@@ -116,12 +119,17 @@ class Generation:
             choice.index += first_index
         self.usage = Usage(prompt_tokens=len(prompt_ids))
         self.worker, self.generate = worker, generate
+        self.metrics = metrics
+        self._sent_at = self._first_token_at = 0.0
 
     async def responses(self) -> AsyncIterator[tuple[Choice, bool]]:
         """(choice, finished) after each message from the worker."""
+        self._sent_at = time.perf_counter()
         try:
             async for response in self.worker.generate(self.generate):
                 if response.HasField("chunk"):
+                    if not self._first_token_at and response.chunk.token_ids:
+                        self._first_token_at = time.perf_counter()
                     self.usage.cached_tokens = response.chunk.cached_tokens
                     choice = self.choices[response.chunk.index]
                     choice.on_chunk(response.chunk)
@@ -133,6 +141,19 @@ class Generation:
         except grpc.aio.AioRpcError as error:
             raise from_grpc(error) from None
         self.usage.completion_tokens = sum(c.generated for c in self.choices)
+        self._observe()
+
+    def _observe(self) -> None:
+        if self.metrics is None:
+            return
+        first = self._first_token_at
+        self.metrics.observe_generation(
+            ttft=first - self._sent_at if first else None,
+            decode_seconds=time.perf_counter() - first if first else 0.0,
+            output_tokens=self.usage.completion_tokens,
+            longest_choice=max((c.generated for c in self.choices), default=0),
+            prompt_tokens=self.usage.prompt_tokens,
+        )
 
     async def run(self) -> Generation:
         async for _ in self.responses():

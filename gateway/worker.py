@@ -54,6 +54,7 @@ class Worker:
         self.stub = pb_grpc.VllmEngineStub(self._channel)
         self.facts: WorkerFacts | None = None
         self.healthy = False
+        self.in_flight = 0
 
     async def connect(self, timeout: float = 10.0) -> WorkerFacts:
         model = await self.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=timeout)
@@ -88,14 +89,20 @@ class Worker:
         """Stream the worker's responses; a caller that stops iterating cancels the call,
         which makes the worker abort the request in its engine."""
         call = self.stub.Generate(request)
+        self.in_flight += 1
         try:
             async for response in call:
                 yield response
         finally:
+            self.in_flight -= 1
             call.cancel()
 
     async def embed(self, request: pb.EmbedRequest, timeout: float = 300.0) -> pb.EmbedResponse:
-        return await self.stub.Embed(request, timeout=timeout)
+        self.in_flight += 1
+        try:
+            return await self.stub.Embed(request, timeout=timeout)
+        finally:
+            self.in_flight -= 1
 
     async def tokenizer_bundle(self) -> bytes:
         chunks = [c async for c in self.stub.GetTokenizer(common_pb2.GetTokenizerRequest())]

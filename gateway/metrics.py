@@ -1,0 +1,104 @@
+"""Prometheus metrics of one gateway: requests, latency, TTFT, TPOT, preprocessing, workers.
+
+Each app gets its own registry (several gateways in one process, e.g. tests, do not collide).
+Worker state is read from the pool at scrape time, so it can never go stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+PREPROCESS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "mmgate_requests", "HTTP requests by route and status", ["route", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "mmgate_request_duration_seconds",
+            "HTTP request latency, to the last byte of the response",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "mmgate_requests_in_flight", "HTTP requests being served", ["route"], registry=r
+        )
+        self.ttft = Histogram(
+            "mmgate_time_to_first_token_seconds",
+            "from sending Generate to the first output token",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "mmgate_time_per_output_token_seconds",
+            "mean time between output tokens after the first, per generation",
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.preprocess = Histogram(
+            "mmgate_preprocess_duration_seconds",
+            "image work per request: fetch (download and decode) and process (to tensors)",
+            ["stage"],
+            buckets=PREPROCESS_BUCKETS,
+            registry=r,
+        )
+        self.images = Counter("mmgate_images", "images preprocessed", registry=r)
+        self.prompt_tokens = Counter("mmgate_prompt_tokens", "prompt tokens sent", registry=r)
+        self.generation_tokens = Counter(
+            "mmgate_generation_tokens", "output tokens received", registry=r
+        )
+
+    def watch(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+    def observe_generation(
+        self,
+        ttft: float | None,
+        decode_seconds: float,
+        output_tokens: int,
+        longest_choice: int,
+        prompt_tokens: int,
+    ) -> None:
+        """`decode_seconds` runs from the first token to the end; the longest choice (of n)
+        paces it, so time per output token is decode_seconds / (longest_choice - 1)."""
+        self.prompt_tokens.inc(prompt_tokens)
+        self.generation_tokens.inc(output_tokens)
+        if ttft is not None:
+            self.ttft.observe(ttft)
+        if longest_choice > 1:
+            self.tpot.observe(decode_seconds / (longest_choice - 1))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class GaugesFrom(Collector):
+    """Gauges computed at scrape time: `read()` yields (labels, value) per metric name."""
+
+    def __init__(
+        self,
+        specs: Iterable[tuple[str, str, list[str]]],
+        read: Callable[[], dict[str, list[tuple[list[str], float]]]],
+    ) -> None:
+        self.specs = list(specs)
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        values = self.read()
+        for name, documentation, labels in self.specs:
+            family = GaugeMetricFamily(name, documentation, labels=labels)
+            for label_values, value in values.get(name, []):
+                family.add_metric(label_values, value)
+            yield family

@@ -1,0 +1,118 @@
+"""ASGI middleware: request ids, access logs and request metrics; API-key auth.
+
+Pure ASGI (not BaseHTTPMiddleware) so that streamed responses pass through untouched and the
+latency recorded is the time to the response's last byte.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import Collection
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import error_body
+from gateway.metrics import GatewayMetrics
+from gateway.request_log import bind_request_id, current_request_id, unbind_request_id
+
+access_log = logging.getLogger("mmgate.access")
+
+
+class RequestMiddleware:
+    """Binds the request id, echoes it in `X-Request-Id`, logs and counts every request."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, routes: Collection[str]) -> None:
+        self.app, self.metrics, self.routes = app, metrics, frozenset(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        token = bind_request_id(_header(scope, b"x-request-id"))
+        route = scope["path"] if scope["path"] in self.routes else "other"
+        status = 500
+        started = time.perf_counter()
+        self.metrics.in_flight.labels(route).inc()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", current_request_id().encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            self.metrics.in_flight.labels(route).dec()
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.latency.labels(route).observe(elapsed)
+            if route != "/metrics":
+                _log_access(scope, status, elapsed)
+            unbind_request_id(token)
+
+
+def _log_access(scope: Scope, status: int, elapsed: float) -> None:
+    client = scope.get("client")
+    access_log.info(
+        "%s %s %d",
+        scope["method"],
+        scope["path"],
+        status,
+        extra={
+            "status": status,
+            "duration_ms": round(elapsed * 1000, 2),
+            "client": f"{client[0]}:{client[1]}" if client else None,
+        },
+    )
+
+
+class ApiKeyMiddleware:
+    """`Authorization: Bearer <key>` on /v1/* (as vLLM's --api-key); other routes stay open."""
+
+    def __init__(self, app: ASGIApp, keys: Collection[str]) -> None:
+        self.app = app
+        self.keys = [k.encode() for k in keys]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] == "OPTIONS"
+            or not scope["path"].startswith("/v1")
+            or self._authorized(_header(scope, b"authorization"))
+        ):
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps(error_body("invalid or missing API key", 401)).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def _authorized(self, header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        given = header.removeprefix("Bearer ").strip().encode()
+        # compare with every key, always, so timing tells nothing about which one nearly matched
+        return sum(hmac.compare_digest(given, key) for key in self.keys) > 0
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return value.decode("latin-1")
+    return None

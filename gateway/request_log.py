@@ -1,0 +1,104 @@
+"""Request ids and structured logs: every log line of a request carries its id.
+
+The id is the client's `X-Request-Id` when it sends one (as vLLM does), else a fresh one; it is
+returned in the response's `X-Request-Id` header and prefixes the engine request ids.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import time
+import uuid
+
+_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "mmgate_request_id", default=None
+)
+
+
+_from_client: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "mmgate_request_id_from_client", default=False
+)
+
+
+def current_request_id() -> str | None:
+    return _request_id.get()
+
+
+def bind_request_id(value: str | None) -> tuple[contextvars.Token, contextvars.Token]:
+    return _request_id.set(value or uuid.uuid4().hex), _from_client.set(bool(value))
+
+
+def unbind_request_id(tokens: tuple[contextvars.Token, contextvars.Token]) -> None:
+    _request_id.reset(tokens[0])
+    _from_client.reset(tokens[1])
+
+
+def engine_request_id(body_request_id: str | None) -> str:
+    """As vLLM: the client's X-Request-Id, else the body's request_id, else our own id."""
+    if _from_client.get() or not body_request_id:
+        return current_request_id() or uuid.uuid4().hex
+    return body_request_id
+
+
+class _WithRequestId(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = current_request_id()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request_id and extra fields."""
+
+    RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "request_id"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if getattr(record, "request_id", None):
+            entry["request_id"] = record.request_id
+        entry.update(
+            (k, v) for k, v in record.__dict__.items() if k not in self.RESERVED and v is not None
+        )
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """Human-readable, with the request id and extra fields as key=value pairs."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = {
+            k: v
+            for k, v in record.__dict__.items()
+            if k not in JsonFormatter.RESERVED and v is not None
+        }
+        if getattr(record, "request_id", None):
+            fields = {"request_id": record.request_id, **fields}
+        return line + "".join(f" {k}={v}" for k, v in fields.items())
+
+
+def configure_logging(log_format: str = "text", level: int = logging.INFO) -> None:
+    """Root handler for the gateway process; uvicorn's loggers go through it too."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.addFilter(_WithRequestId())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+    # The gateway writes its own access line per request (with id, status and duration).
+    logging.getLogger("uvicorn.access").disabled = True

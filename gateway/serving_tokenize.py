@@ -1,0 +1,53 @@
+"""POST /tokenize and /detokenize, as vLLM's server answers them.
+
+/tokenize takes a completion-style `prompt` or chat-style `messages` (rendered with the chat
+template, images expanded into their placeholder tokens as the engine would receive them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.detokenizer import decode_prompt
+from gateway.errors import GatewayError, check_model, parse_body
+from gateway.protocol import DetokenizeRequest, TokenizeChatRequest, TokenizeCompletionRequest
+from gateway.serving_chat import ChatService
+from multimodal.pipeline import PixelEncoding
+
+# Token ids do not depend on the pixel encoding; uint8 is the cheapest to produce.
+_IDS_ONLY = PixelEncoding(raw=True)
+
+
+class TokenizeService:
+    def __init__(self, chat: ChatService, max_model_len: int, clean_up_spaces: bool) -> None:
+        self.chat = chat
+        self.tokenizer = chat.tokenizer
+        self.max_model_len = max_model_len
+        self.clean_up_spaces = clean_up_spaces
+
+    async def tokenize(self, body: Any) -> dict:
+        is_chat = isinstance(body, dict) and "messages" in body
+        model = TokenizeChatRequest if is_chat else TokenizeCompletionRequest
+        request = parse_body(model, body)
+        check_model(request.model, self.chat.model_name)
+        if is_chat:
+            ids = (await self.chat.prompt(request, _IDS_ONLY)).ids
+        else:
+            ids = self.tokenizer.encode(
+                request.prompt, add_special_tokens=request.add_special_tokens
+            ).ids
+        strs = [self.tokenizer.id_to_token(i) for i in ids] if request.return_token_strs else None
+        return {
+            "count": len(ids),
+            "max_model_len": self.max_model_len,
+            "tokens": ids,
+            "token_strs": strs,
+        }
+
+    async def detokenize(self, body: Any) -> dict:
+        request = parse_body(DetokenizeRequest, body)
+        check_model(request.model, self.chat.model_name)
+        vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        if bad := [t for t in request.tokens if not 0 <= t < vocab]:
+            raise GatewayError(f"token id {bad[0]} is out of vocabulary", 400, "tokens")
+        return {"prompt": decode_prompt(self.tokenizer, request.tokens, self.clean_up_spaces)}
