@@ -109,3 +109,35 @@ def test_private_urls_are_refused_by_default(vision_model, worker, image_server,
             ask(gateway, "data:image/png;base64,not-an-image")
     finally:
         gateway.stop()
+
+
+def test_tokenize_with_images_equals_vllm(vision_model, worker, tmp_path_factory):
+    """/tokenize expands each image into its placeholder tokens exactly as vLLM's does."""
+    import httpx
+
+    from tests.engines import MAX_MODEL_LEN
+    from tests.vllm_tokenize import VllmTokenization
+
+    wide = make_image(300, 90, seed=5)
+    uris = [
+        "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode()
+        for image in (IMAGE, wide)
+    ]
+    content = [
+        {"type": "image_url", "image_url": {"url": uris[0]}},
+        {"type": "text", "text": "and"},
+        {"type": "image_url", "image_url": {"url": uris[1]}},
+    ]
+    body = {"messages": [{"role": "user", "content": content}], "return_token_strs": True}
+    reference = VllmTokenization(
+        vision_model, max_model_len=MAX_MODEL_LEN, limit_mm_per_prompt=MM_LIMITS
+    )
+    want = reference.tokenize(body)
+    gateway = gateway_for(vision_model, worker, tmp_path_factory)
+    try:
+        got = httpx.post(f"{gateway.base_url}/tokenize", json=body, timeout=60)
+        assert got.status_code == 200, got.text
+        assert got.json() == want
+        assert want["tokens"].count(3005) > 20  # the images really were expanded
+    finally:
+        gateway.stop()
