@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from gateway.chat import ChatRenderer
 from gateway.errors import GatewayError, error_body, error_response
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.middleware import ApiKeyMiddleware, RequestMiddleware
+from gateway.model_files import is_model_dir, unpack_bundle
 from gateway.pool import WorkerPool
 from gateway.serving_chat import ChatService
 from gateway.serving_completion import CompletionService
@@ -27,6 +29,7 @@ from multimodal.media import MediaPolicy
 from multimodal.registry import UnsupportedModel, processor_for
 
 VERSION = "0.1.0"
+log = logging.getLogger("mmgate.gateway")
 
 
 @dataclass
@@ -41,7 +44,7 @@ class CorsConfig:
 
 @dataclass
 class GatewayConfig:
-    model: Path
+    model: Path  # a local model directory, or a name whose files come from the workers
     workers: list[str]
     served_model_name: str | None = None
     chat_template: str | None = None
@@ -58,9 +61,10 @@ def create_app(config: GatewayConfig) -> FastAPI:
         pool = WorkerPool(config.workers)
         facts = await pool.start()
         metrics.watch(pool.collector())
+        model_dir = await _model_dir(config.model, pool)
         http = create_http_client(config.media_policy)
         app.state.pool = pool
-        _services(app, config, pool, facts, http, metrics)
+        _services(app, config, model_dir, pool, facts, http, metrics)
         yield
         await http.aclose()
         await pool.close()
@@ -129,13 +133,20 @@ def create_app(config: GatewayConfig) -> FastAPI:
     return app
 
 
-def _services(app: FastAPI, config: GatewayConfig, pool, facts, http, metrics) -> None:
-    clean_up = _clean_up_spaces(config.model)
+async def _model_dir(model: Path, pool: WorkerPool) -> Path:
+    if is_model_dir(model):
+        return model
+    log.info("%s is not a local model directory: asking the workers for its files", model)
+    return unpack_bundle(*await pool.tokenizer_bundle())
+
+
+def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts, http, metrics):
+    clean_up = _clean_up_spaces(model_dir)
     chat = ChatService(
         model_name=config.served_model_name or str(config.model),
-        renderer=ChatRenderer.from_model_dir(config.model, config.chat_template),
-        tokenizer=Tokenizer.from_file(str(config.model / "tokenizer.json")),
-        processor=_image_processor(config.model),
+        renderer=ChatRenderer.from_model_dir(model_dir, config.chat_template),
+        tokenizer=Tokenizer.from_file(str(model_dir / "tokenizer.json")),
+        processor=_image_processor(model_dir),
         pool=pool,
         media_policy=config.media_policy,
         http_client=http,

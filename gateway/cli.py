@@ -10,7 +10,7 @@ usage: mmgate <command> [options]
 commands:
   serve    the OpenAI-compatible gateway in front of engine workers
   engine   serve a model as a VllmEngine gRPC worker (vLLM behind it; any vLLM engine arg)
-  demo     build a tiny local model, start a worker on it and answer one Generate
+  demo     a tiny local vision model behind a worker and the gateway; one image chat request
   preprocess  run the gateway's image preprocessing on one request and show the tensors
 
 Run `mmgate <command> --help` for the options of each.
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return preprocess_main(rest)
     if command == "demo":
-        from engine_server.demo import main as demo_main
+        from gateway.demo import main as demo_main
 
         return demo_main(rest)
     print(f"mmgate: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")

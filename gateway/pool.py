@@ -45,6 +45,17 @@ class WorkerPool:
             raise GatewayError("no healthy engine worker is available; try again later", 503)
         return healthy[next(self._turn) % len(healthy)]
 
+    async def tokenizer_bundle(self) -> tuple[bytes, str]:
+        """The model files from the first worker that sends them (see model_files)."""
+        for worker in self.workers:
+            if worker.facts is None:
+                continue
+            try:
+                return await worker.tokenizer_bundle()
+            except Exception as error:  # noqa: BLE001 - the next worker may answer
+                log.warning("worker %s sent no tokenizer bundle: %s", worker.url, error)
+        raise RuntimeError("no worker sent its tokenizer bundle (GetTokenizer)")
+
     def any_healthy(self) -> bool:
         return any(w.healthy for w in self.workers)
 

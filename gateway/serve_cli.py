@@ -19,7 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         required=True,
         type=Path,
-        help="model directory (tokenizer, chat template, preprocessor config)",
+        metavar="DIR_OR_NAME",
+        help="model directory (tokenizer, chat template, preprocessor config), or the model's "
+        "name when the gateway has no copy: its files then come from the workers (GetTokenizer)",
     )
     p.add_argument(
         "--worker",

@@ -104,9 +104,11 @@ class Worker:
         finally:
             self.in_flight -= 1
 
-    async def tokenizer_bundle(self) -> bytes:
-        chunks = [c async for c in self.stub.GetTokenizer(common_pb2.GetTokenizerRequest())]
-        return b"".join(c.data for c in chunks)
+    async def tokenizer_bundle(self, timeout: float = 60.0) -> tuple[bytes, str]:
+        """The worker's tokenizer files as a zip, and the sha256 it sent with the last chunk."""
+        call = self.stub.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=timeout)
+        chunks = [c async for c in call]
+        return b"".join(c.data for c in chunks), chunks[-1].sha256 if chunks else ""
 
     async def close(self) -> None:
         await self._channel.close()

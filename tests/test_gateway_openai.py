@@ -184,3 +184,30 @@ def test_completions_with_token_ids_and_echo(gateway, text_model):
     with pytest.raises(openai.BadRequestError) as err:
         client.completions.create(model=model, prompt="x", suffix="y")
     assert "suffix" in err.value.message
+
+
+def test_model_files_from_the_worker_when_no_local_copy(
+    text_worker, tmp_path, text_reference, monkeypatch
+):
+    """--model NAME with no local directory: tokenizer and template come from GetTokenizer."""
+    monkeypatch.setenv("MMGATE_CACHE", str(tmp_path / "cache"))
+    proc = GatewayProcess("org/not-a-local-dir", [text_worker.address], tmp_path / "gateway.log")
+    try:
+        proc.wait_ready()
+        client = proc.client()
+        assert client.models.list().data[0].id == "org/not-a-local-dir"
+        reply = client.chat.completions.create(
+            model="org/not-a-local-dir", messages=MESSAGES, temperature=0, max_tokens=16
+        )
+        from transformers import AutoTokenizer
+
+        bundle_dirs = list((tmp_path / "cache" / "bundles").iterdir())
+        assert len(bundle_dirs) == 1 and (bundle_dirs[0] / "tokenizer.json").is_file()
+        tokenizer = AutoTokenizer.from_pretrained(bundle_dirs[0])
+        ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        (want,) = vllm_says(text_reference, ids, "gw-bundle", temperature=0, max_tokens=16)
+        assert reply.choices[0].message.content == want.text
+        assert reply.usage.prompt_tokens == len(ids)
+    finally:
+        proc.stop()

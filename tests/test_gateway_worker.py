@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 
 import pytest
@@ -40,9 +41,9 @@ def test_facts_and_a_streamed_generation(text_worker, text_model):
         await worker.close()
         return tokens, bundle
 
-    tokens, bundle = asyncio.run(run())
+    tokens, (bundle, digest) = asyncio.run(run())
     assert len(tokens) == 8
-    assert bundle[:2] == b"PK"
+    assert bundle[:2] == b"PK" and hashlib.sha256(bundle).hexdigest() == digest
 
 
 def test_abandoning_a_stream_frees_the_engine(text_worker):
