@@ -3,16 +3,23 @@
 #   docker build --target engine  -t mmgate-engine  .   (on vLLM's GPU image)
 
 FROM scratch AS source
-COPY pyproject.toml README.md /app/
+COPY pyproject.toml setup.py README.md /app/
 COPY protos /app/protos
 COPY gateway /app/gateway
 COPY multimodal /app/multimodal
 COPY engine_server /app/engine_server
 
-FROM python:3.11-slim AS gateway
+# The slim image has no C compiler: the wheel, with the native preprocessing kernels
+# (multimodal._kernels), is built on the full image of the same Python.
+FROM python:3.11 AS gateway-wheel
 COPY --from=source /app /app
-WORKDIR /app
-RUN pip install --no-cache-dir .
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels /app \
+    && python -m zipfile -l /wheels/mmgate-*.whl | grep -q "multimodal/_kernels"
+
+FROM python:3.11-slim AS gateway
+COPY --from=gateway-wheel /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
+    && python -c "from multimodal import native; assert native.AVAILABLE"
 USER nobody
 ENTRYPOINT ["mmgate"]
 CMD ["--help"]

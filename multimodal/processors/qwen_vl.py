@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from multimodal import native
 from multimodal.processors.base import (
     ImageProcessor,
     ModelFiles,
     OptionError,
     ProcessedImages,
 )
-from multimodal.resize import resize
+from multimodal.resize import BACKENDS, DEFAULT_BACKEND, resize
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 SIZES_KEY = "patches_per_image"
@@ -67,13 +68,20 @@ class QwenVLProcessor(ImageProcessor):
     family = "qwen_vl"
     placeholder_text = "<|vision_start|><|image_pad|><|vision_end|>"
 
-    def __init__(self, settings: QwenVLSettings) -> None:
+    def __init__(self, settings: QwenVLSettings, backend: str = DEFAULT_BACKEND) -> None:
+        """`backend`: "native" resizes and lays out patches in one C pass, "numpy" in numpy."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r} is not available; have {BACKENDS}")
         self.settings = settings
+        self.backend = backend
         s = settings
         # Fused rescale+normalize as transformers does it: (x - mean/r) / (std/r) in float32.
         scale = np.float32(1.0 / s.rescale_factor)
         self._mean = np.asarray(s.mean, dtype=np.float32) * scale
         self._std = np.asarray(s.std, dtype=np.float32) * scale
+        # The same float32 operations for every possible uint8 value: normalizing is a lookup.
+        values = np.arange(256, dtype=np.uint8)
+        self._table = (values - self._mean[:, None]) / self._std[:, None]
 
     @classmethod
     def matches(cls, files: ModelFiles) -> bool:
@@ -157,8 +165,13 @@ class QwenVLProcessor(ImageProcessor):
         height, width = smart_resize(
             image.shape[0], image.shape[1], factor, opts["min_pixels"], opts["max_pixels"]
         )
-        pixels = resize(image, height, width, "bicubic")
-        patches = self._patchify(pixels, raw_pixels)
+        if self.backend == "native" and image.ndim == 3 and image.shape[2] == 3:
+            table = None if raw_pixels else self._table
+            p, m, t = s.patch_size, s.merge_size, s.temporal_patch_size
+            patches = native.qwen_patches(image, height, width, p, m, t, table)
+        else:
+            pixels = resize(image, height, width, "bicubic", backend=self.backend)
+            patches = self._patchify(pixels, raw_pixels)
         return patches, (1, height // s.patch_size, width // s.patch_size)
 
     def _patchify(self, pixels: np.ndarray, raw_pixels: bool) -> np.ndarray:

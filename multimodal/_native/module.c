@@ -1,0 +1,243 @@
+/* multimodal._kernels: the Python face of resample.c and qwen_patches.c.
+ *
+ * Arrays travel as buffers (numpy arrays, C-contiguous); multimodal/native.py builds the
+ * arguments. Every size and index is checked here before any pointer is followed, and the GIL
+ * is released while pixels are computed.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "cpu.h"
+#include "qwen_patches.h"
+#include "resample.h"
+
+/* One axis argument: None (axis unchanged) or (starts int32, sizes int32, weights int16,
+ * stride, precision). */
+typedef struct {
+    Py_buffer starts, sizes, weights;
+    axis_plan plan;
+    int present;
+} axis_arg;
+
+static void axis_release(axis_arg *a)
+{
+    if (a->present) {
+        PyBuffer_Release(&a->starts);
+        PyBuffer_Release(&a->sizes);
+        PyBuffer_Release(&a->weights);
+        a->present = 0;
+    }
+}
+
+static int axis_check(const axis_arg *a, int n_in, int n_out, const char *name)
+{
+    const axis_plan *p = &a->plan;
+    if (p->stride < 2 || p->stride % 2 || p->precision < 1 || p->precision > 22 ||
+        a->starts.len < (Py_ssize_t)sizeof(int32_t) * n_out ||
+        a->sizes.len < (Py_ssize_t)sizeof(int32_t) * n_out ||
+        a->weights.len < (Py_ssize_t)sizeof(int16_t) * n_out * p->stride) {
+        PyErr_Format(PyExc_ValueError, "%s weights do not fit %d outputs", name, n_out);
+        return -1;
+    }
+    for (int i = 0; i < n_out; i++) {
+        const int32_t start = p->starts[i], size = p->sizes[i];
+        if (start < 0 || size < 0 || size > p->stride || start > n_in - size) {
+            PyErr_Format(PyExc_ValueError, "%s weights of output %d read outside the input",
+                         name, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Parse `obj` into `a`; n_in == n_out requires None and vice versa. */
+static int axis_parse(PyObject *obj, int n_in, int n_out, const char *name, axis_arg *a)
+{
+    memset(a, 0, sizeof *a);
+    if (obj == Py_None) {
+        if (n_in != n_out) {
+            PyErr_Format(PyExc_ValueError, "%s weights missing for %d -> %d", name, n_in, n_out);
+            return -1;
+        }
+        return 0;
+    }
+    if (!PyArg_ParseTuple(obj, "y*y*y*ii", &a->starts, &a->sizes, &a->weights, &a->plan.stride,
+                          &a->plan.precision))
+        return -1;
+    a->present = 1;
+    a->plan.starts = a->starts.buf;
+    a->plan.sizes = a->sizes.buf;
+    a->plan.weights = a->weights.buf;
+    return axis_check(a, n_in, n_out, name);
+}
+
+static int check_image(const Py_buffer *b, int h, int w, int c, size_t element, const char *name)
+{
+    if (h < 1 || w < 1 || c < 1 || (size_t)b->len != (size_t)h * w * c * element) {
+        PyErr_Format(PyExc_ValueError, "%s buffer does not hold %dx%dx%d elements", name, h, w,
+                     c);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- resize ------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *out;
+    size_t row_bytes;
+} image_rows;
+
+static uint8_t *image_row(void *ctx, int y)
+{
+    const image_rows *rows = ctx;
+    return rows->out + (size_t)y * rows->row_bytes;
+}
+
+static PyObject *py_resize(PyObject *self, PyObject *args)
+{
+    Py_buffer src, dst;
+    int h_in, w_in, channels, h_out, w_out, status = -1;
+    PyObject *h_obj, *v_obj;
+    axis_arg h = {0}, v = {0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iiiw*iiOO", &src, &h_in, &w_in, &channels, &dst, &h_out,
+                          &w_out, &h_obj, &v_obj))
+        return NULL;
+    if (check_image(&src, h_in, w_in, channels, 1, "source") ||
+        check_image(&dst, h_out, w_out, channels, 1, "destination") ||
+        axis_parse(h_obj, w_in, w_out, "width", &h) ||
+        axis_parse(v_obj, h_in, h_out, "height", &v))
+        goto out;
+    image_rows rows = {dst.buf, (size_t)w_out * channels};
+    const row_sink sink = {image_row, NULL, &rows};
+    Py_BEGIN_ALLOW_THREADS
+    status = resample_image(src.buf, h_in, w_in, channels, h_out, w_out,
+                            h.present ? &h.plan : NULL, v.present ? &v.plan : NULL, &sink);
+    Py_END_ALLOW_THREADS
+    if (status)
+        PyErr_NoMemory();
+out:
+    axis_release(&h);
+    axis_release(&v);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (status)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- resize straight into Qwen-VL patches ------------------------------------------------- */
+
+static int check_patches(const qwen_patches *q, int h, const Py_buffer *dst)
+{
+    const int p = q->patch, m = q->merge;
+    if (p < 1 || m < 1 || q->temporal < 1 || h % (p * m) || q->width % (p * m)) {
+        PyErr_Format(PyExc_ValueError, "%dx%d is not a multiple of patch %d x merge %d", h,
+                     q->width, p, m);
+        return -1;
+    }
+    const size_t element = q->table ? sizeof(float) : 1;
+    const size_t want = (size_t)(h / p) * (q->width / p) * 3 * q->temporal * p * p;
+    if ((size_t)dst->len != want * element) {
+        PyErr_SetString(PyExc_ValueError, "patch buffer has the wrong size");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_qwen_patches(PyObject *self, PyObject *args)
+{
+    Py_buffer src, dst, table = {0};
+    int h_in, w_in, h_out, w_out, status = -1;
+    PyObject *h_obj, *v_obj, *table_obj;
+    axis_arg h = {0}, v = {0};
+    qwen_patches q = {0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iiw*iiOOiiiO", &src, &h_in, &w_in, &dst, &h_out, &w_out,
+                          &h_obj, &v_obj, &q.patch, &q.merge, &q.temporal, &table_obj))
+        return NULL;
+    q.width = w_out;
+    q.out = dst.buf;
+    if (table_obj != Py_None) {
+        if (PyObject_GetBuffer(table_obj, &table, PyBUF_SIMPLE))
+            goto out;
+        if (table.len != (Py_ssize_t)(3 * 256 * sizeof(float))) {
+            PyErr_SetString(PyExc_ValueError, "the table must hold 3 x 256 float32");
+            goto out;
+        }
+        q.table = table.buf;
+    }
+    if (check_image(&src, h_in, w_in, 3, 1, "source") || check_patches(&q, h_out, &dst) ||
+        axis_parse(h_obj, w_in, w_out, "width", &h) ||
+        axis_parse(v_obj, h_in, h_out, "height", &v))
+        goto out;
+    if (qwen_patches_open(&q)) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    const row_sink sink = {qwen_patches_target, qwen_patches_row, &q};
+    Py_BEGIN_ALLOW_THREADS
+    status = resample_image(src.buf, h_in, w_in, 3, h_out, w_out, h.present ? &h.plan : NULL,
+                            v.present ? &v.plan : NULL, &sink);
+    Py_END_ALLOW_THREADS
+    if (status)
+        PyErr_NoMemory();
+out:
+    qwen_patches_close(&q);
+    axis_release(&h);
+    axis_release(&v);
+    if (table.obj)
+        PyBuffer_Release(&table);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (status)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_kernels(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(resample_kernels());
+}
+
+static PyObject *py_use_kernels(PyObject *self, PyObject *args)
+{
+    const char *name;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "s", &name))
+        return NULL;
+    const int avx2 = strcmp(name, "avx2") == 0;
+    if ((!avx2 && strcmp(name, "generic") != 0) || cpu_allow_avx2(avx2)) {
+        PyErr_Format(PyExc_ValueError, "kernels %s are not available here", name);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"resize", py_resize, METH_VARARGS,
+     "resize(src, h_in, w_in, channels, dst, h_out, w_out, width_axis, height_axis)"},
+    {"qwen_patches", py_qwen_patches, METH_VARARGS,
+     "qwen_patches(src, h_in, w_in, dst, h_out, w_out, width_axis, height_axis, patch, merge, "
+     "temporal, table)"},
+    {"kernels", py_kernels, METH_NOARGS, "The kernels in use: 'avx2' or 'generic'."},
+    {"use_kernels", py_use_kernels, METH_VARARGS,
+     "use_kernels('generic' | 'avx2'): switch kernels (tests only, not thread-safe)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_kernels",
+    .m_doc = "Native uint8 resize (torchvision-exact) and Qwen-VL patch layout.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void)
+{
+    return PyModule_Create(&module);
+}

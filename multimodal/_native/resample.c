@@ -1,0 +1,366 @@
+/* Resize kernels: portable C everywhere, AVX2 on x86-64 CPUs that have it (checked at run time).
+ * Both compute the same integers: int16 weights times uint8 pixels summed in int32, plus
+ * 2**(p-1), arithmetic shift by p, saturation to 0..255. */
+#include "resample.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#define ROW_PAD 32 /* bytes past every intermediate row: the SIMD loads and stores may touch them */
+
+static inline uint8_t saturate(int32_t value)
+{
+    return value < 0 ? 0 : value > 255 ? 255 : (uint8_t)value;
+}
+
+static inline int32_t rounding(int precision)
+{
+    return (int32_t)1 << (precision - 1);
+}
+
+/* ---- portable kernels --------------------------------------------------------------------- */
+
+static void h_row_generic(const uint8_t *in, uint8_t *out, int w_out, int channels,
+                          const axis_plan *plan)
+{
+    for (int x = 0; x < w_out; x++) {
+        const uint8_t *first = in + (size_t)plan->starts[x] * channels;
+        const int16_t *w = plan->weights + (size_t)x * plan->stride;
+        const int n = plan->sizes[x];
+        for (int c = 0; c < channels; c++) {
+            int32_t sum = rounding(plan->precision);
+            for (int k = 0; k < n; k++)
+                sum += w[k] * first[k * channels + c];
+            out[x * channels + c] = saturate(sum >> plan->precision);
+        }
+    }
+}
+
+#define V_CHUNK 256 /* int32 partial sums per block: they stay in L1, and the loops vectorize */
+
+static void v_row_generic(const uint8_t *const *rows, int n, const int16_t *w, int precision,
+                          uint8_t *out, int len)
+{
+    int32_t sums[V_CHUNK];
+    for (int j0 = 0; j0 < len; j0 += V_CHUNK) {
+        const int m = len - j0 < V_CHUNK ? len - j0 : V_CHUNK;
+        for (int j = 0; j < m; j++)
+            sums[j] = rounding(precision);
+        for (int k = 0; k < n; k++) {
+            const uint8_t *row = rows[k] + j0;
+            const int32_t wk = w[k];
+            for (int j = 0; j < m; j++)
+                sums[j] += wk * row[j];
+        }
+        for (int j = 0; j < m; j++)
+            out[j0 + j] = saturate(sums[j] >> precision);
+    }
+}
+
+/* ---- AVX2 kernels ------------------------------------------------------------------------- */
+
+#ifdef MMGATE_X86
+
+/* The width pass of 3-channel rows, re-laid for AVX2: output pixels in groups of 4, and for
+ * each group 4-tap steps; per step and pixel, 32 bytes of weights (w_k, w_k+1) x 4 in the low
+ * lane and (w_k+2, w_k+3) x 4 in the high lane, zero past the pixel's taps. */
+typedef struct {
+    int groups, steps;   /* groups of 4 outputs; 4-tap steps of the group with the most */
+    int32_t *offsets;    /* groups * 4: byte offset of each output's first input pixel */
+    uint8_t *group_steps;
+    __m256i *weights;    /* groups * steps * 4 */
+} rgb_plan;
+
+/* Bytes rgb_plan kernels may read past the end of a row. */
+static size_t rgb_overread(const axis_plan *plan)
+{
+    return (size_t)12 * ((plan->stride + 3) / 4) + 16;
+}
+
+AVX2 static int rgb_plan_open(rgb_plan *rp, const axis_plan *plan, int w_out)
+{
+    rp->groups = (w_out + 3) / 4;
+    rp->steps = (plan->stride + 3) / 4;
+    rp->offsets = calloc((size_t)rp->groups * 4, sizeof *rp->offsets);
+    rp->group_steps = calloc((size_t)rp->groups, 1);
+    rp->weights = aligned_alloc(32, (size_t)rp->groups * rp->steps * 4 * sizeof(__m256i));
+    if (!rp->offsets || !rp->group_steps || !rp->weights)
+        return -1;
+    __m256i *out = rp->weights;
+    for (int g = 0; g < rp->groups; g++) {
+        int most = 1;
+        for (int i = 0; i < 4 && 4 * g + i < w_out; i++)
+            most = plan->sizes[4 * g + i] > most ? plan->sizes[4 * g + i] : most;
+        const int steps = (most + 3) / 4;
+        rp->group_steps[g] = (uint8_t)steps;
+        for (int j = 0; j < steps; j++) {
+            for (int i = 0; i < 4; i++) {
+                const int x = 4 * g + i;
+                int16_t w[4] = {0, 0, 0, 0};
+                for (int t = 0; x < w_out && t < 4 && 4 * j + t < plan->sizes[x]; t++)
+                    w[t] = plan->weights[(size_t)x * plan->stride + 4 * j + t];
+                const int32_t lo = (uint16_t)w[0] | (int32_t)((uint32_t)(uint16_t)w[1] << 16);
+                const int32_t hi = (uint16_t)w[2] | (int32_t)((uint32_t)(uint16_t)w[3] << 16);
+                *out++ = _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi);
+            }
+        }
+        for (int i = 0; i < 4 && 4 * g + i < w_out; i++)
+            rp->offsets[4 * g + i] = 3 * plan->starts[4 * g + i];
+    }
+    return 0;
+}
+
+static void rgb_plan_close(rgb_plan *rp)
+{
+    free(rp->offsets);
+    free(rp->group_steps);
+    free(rp->weights);
+}
+
+/* One row. Per step and output pixel: one 16-byte load of 4 taps' pixels into both lanes, one
+ * shuffle spreading (p0, p1) | (p2, p3) to 16-bit channel pairs, one multiply-add: 8 int32
+ * (R, G, B, 0 | R, G, B, 0). Then the lanes of 4 outputs are summed, rounded, shifted,
+ * saturated and written as 12 bytes (16 stored: rows need 4 bytes of padding). */
+AVX2 static void h_row_rgb_avx2(const uint8_t *in, uint8_t *out, const rgb_plan *rp,
+                                int precision)
+{
+    const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1,
+                                            -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1,
+                                            -1, -1, -1);
+    const __m256i start = _mm256_set1_epi32(rounding(precision));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    const __m128i shift = _mm_cvtsi32_si128(precision);
+    const __m256i *w = rp->weights;
+    const int32_t *offsets = rp->offsets;
+#define TAPS(p) _mm256_shuffle_epi8(_mm256_broadcastsi128_si256( \
+        _mm_loadu_si128((const __m128i *)(p))), spread)
+    for (int g = 0; g < rp->groups; g++, offsets += 4) {
+        const uint8_t *a = in + offsets[0], *b = in + offsets[1];
+        const uint8_t *c = in + offsets[2], *d = in + offsets[3];
+        __m256i sa = _mm256_madd_epi16(TAPS(a), w[0]);
+        __m256i sb = _mm256_madd_epi16(TAPS(b), w[1]);
+        __m256i sc = _mm256_madd_epi16(TAPS(c), w[2]);
+        __m256i sd = _mm256_madd_epi16(TAPS(d), w[3]);
+        w += 4;
+        for (int j = 1; j < rp->group_steps[g]; j++, w += 4) {
+            sa = _mm256_add_epi32(sa, _mm256_madd_epi16(TAPS(a + 12 * j), w[0]));
+            sb = _mm256_add_epi32(sb, _mm256_madd_epi16(TAPS(b + 12 * j), w[1]));
+            sc = _mm256_add_epi32(sc, _mm256_madd_epi16(TAPS(c + 12 * j), w[2]));
+            sd = _mm256_add_epi32(sd, _mm256_madd_epi16(TAPS(d + 12 * j), w[3]));
+        }
+        __m256i ab = _mm256_add_epi32(_mm256_permute2x128_si256(sa, sb, 0x20),
+                                      _mm256_permute2x128_si256(sa, sb, 0x31));
+        __m256i cd = _mm256_add_epi32(_mm256_permute2x128_si256(sc, sd, 0x20),
+                                      _mm256_permute2x128_si256(sc, sd, 0x31));
+        ab = _mm256_sra_epi32(_mm256_add_epi32(ab, start), shift);
+        cd = _mm256_sra_epi32(_mm256_add_epi32(cd, start), shift);
+        /* bytes: low lane a, c; high lane b, d (4 each, the 4th channel 0) */
+        __m256i packed = _mm256_packus_epi16(_mm256_packs_epi32(ab, cd), _mm256_setzero_si256());
+        packed = _mm256_permutevar8x32_epi32(packed, order);
+        const __m128i pixels = _mm_shuffle_epi8(_mm256_castsi256_si128(packed), compact);
+        _mm_storeu_si128((__m128i *)(out + 12 * g), pixels);
+    }
+#undef TAPS
+}
+
+/* 32 bytes of one output row at a time: two input rows' bytes interleaved to 16-bit pairs and
+ * multiplied-added by (w_k, w_k+1) into 4 x 8 int32 sums; the packs at the end undo the
+ * in-lane interleaving. The last < 32 bytes go through the portable kernel. */
+AVX2 static void v_row_avx2(const uint8_t *const *rows, int n, const int16_t *w, int precision,
+                            uint8_t *out, int len)
+{
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i start = _mm256_set1_epi32(rounding(precision));
+    const __m128i shift = _mm_cvtsi32_si128(precision);
+    int j = 0;
+    for (; j + 32 <= len; j += 32) {
+        __m256i s0 = start, s1 = start, s2 = start, s3 = start;
+        for (int k = 0; k < n; k += 2) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(rows[k] + j));
+            const __m256i b = k + 1 < n ? _mm256_loadu_si256((const __m256i *)(rows[k + 1] + j))
+                                        : zero;
+            int32_t pair;
+            memcpy(&pair, w + k, sizeof pair); /* w[k + 1] is 0 past n: stride is even */
+            const __m256i wk = _mm256_set1_epi32(pair);
+            const __m256i lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_unpacklo_epi8(lo, zero), wk));
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_unpackhi_epi8(lo, zero), wk));
+            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_unpacklo_epi8(hi, zero), wk));
+            s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_unpackhi_epi8(hi, zero), wk));
+        }
+        s0 = _mm256_sra_epi32(s0, shift);
+        s1 = _mm256_sra_epi32(s1, shift);
+        s2 = _mm256_sra_epi32(s2, shift);
+        s3 = _mm256_sra_epi32(s3, shift);
+        const __m256i packed = _mm256_packus_epi16(_mm256_packs_epi32(s0, s1),
+                                                   _mm256_packs_epi32(s2, s3));
+        _mm256_storeu_si256((__m256i *)(out + j), packed);
+    }
+    if (j < len) {
+        const uint8_t *tail[64];
+        for (int k = 0; k < n; k++)
+            tail[k] = rows[k] + j;
+        v_row_generic(tail, n, w, precision, out + j, len - j);
+    }
+}
+
+#endif
+
+const char *resample_kernels(void)
+{
+    return cpu_has_avx2() ? "avx2" : "generic";
+}
+
+static void v_row(const uint8_t *const *rows, int n, const int16_t *w, int precision,
+                  uint8_t *out, int len)
+{
+#ifdef MMGATE_X86
+    if (cpu_has_avx2() && n <= 64) {
+        v_row_avx2(rows, n, w, precision, out, len);
+        return;
+    }
+#endif
+    v_row_generic(rows, n, w, precision, out, len);
+}
+
+/* ---- the width pass, row by row on demand into a ring of rows ----------------------------- */
+
+typedef struct {
+    const uint8_t *src;
+    int h_in, channels, w_out;
+    size_t in_row;             /* bytes per input row */
+    const axis_plan *plan;     /* NULL: no width pass, rows are read from src */
+    uint8_t *ring;             /* ring_rows rows of ring_row bytes */
+    size_t ring_row;
+    int ring_rows;
+    uint8_t *last;             /* the last input row followed by zero bytes the kernels may read */
+    int next;                  /* next input row to resample */
+#ifdef MMGATE_X86
+    rgb_plan rgb;              /* the AVX2 layout of `plan`, when rgb.weights is set */
+#endif
+} width_pass;
+
+static const uint8_t *input_row(const width_pass *wp, int r)
+{
+    return r == wp->h_in - 1 ? wp->last : wp->src + (size_t)r * wp->in_row;
+}
+
+static uint8_t *ring_row(const width_pass *wp, int r)
+{
+    return wp->ring + (size_t)(r % wp->ring_rows) * wp->ring_row;
+}
+
+static void width_pass_row(width_pass *wp, int r)
+{
+#ifdef MMGATE_X86
+    if (wp->rgb.weights) {
+        h_row_rgb_avx2(input_row(wp, r), ring_row(wp, r), &wp->rgb, wp->plan->precision);
+        return;
+    }
+#endif
+    h_row_generic(input_row(wp, r), ring_row(wp, r), wp->w_out, wp->channels, wp->plan);
+}
+
+static const uint8_t *source_row(width_pass *wp, int r)
+{
+    if (!wp->plan)
+        return wp->src + (size_t)r * wp->in_row;
+    for (; wp->next <= r; wp->next++)
+        width_pass_row(wp, wp->next);
+    return ring_row(wp, r);
+}
+
+static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_in, int channels,
+                           int w_out, const axis_plan *plan, int window)
+{
+    memset(wp, 0, sizeof *wp);
+    wp->src = src;
+    wp->h_in = h_in;
+    wp->channels = channels;
+    wp->w_out = w_out;
+    wp->in_row = (size_t)w_in * channels;
+    wp->plan = plan;
+    if (!plan)
+        return 0;
+    size_t overread = ROW_PAD;
+#ifdef MMGATE_X86
+    if (cpu_has_avx2() && channels == 3) {
+        if (rgb_plan_open(&wp->rgb, plan, w_out))
+            return -1;
+        overread = rgb_overread(plan);
+    }
+#endif
+    wp->ring_rows = window;
+    wp->ring_row = (size_t)w_out * channels + ROW_PAD;
+    wp->ring = malloc(wp->ring_row * wp->ring_rows);
+    wp->last = calloc(wp->in_row + overread, 1);
+    if (!wp->ring || !wp->last)
+        return -1;
+    memcpy(wp->last, src + (size_t)(h_in - 1) * wp->in_row, wp->in_row);
+    return 0;
+}
+
+static void width_pass_close(width_pass *wp)
+{
+#ifdef MMGATE_X86
+    rgb_plan_close(&wp->rgb);
+#endif
+    free(wp->ring);
+    free(wp->last);
+}
+
+/* ---- the whole image ---------------------------------------------------------------------- */
+
+static void emit(const row_sink *sink, int y, const uint8_t *row, size_t len)
+{
+    if (sink->target) {
+        uint8_t *to = sink->target(sink->ctx, y);
+        memcpy(to, row, len);
+        row = to;
+    }
+    if (sink->done)
+        sink->done(sink->ctx, y, row);
+}
+
+static int max_taps(const axis_plan *plan, int n_out)
+{
+    int most = 1;
+    for (int i = 0; i < n_out; i++)
+        most = plan->sizes[i] > most ? plan->sizes[i] : most;
+    return most;
+}
+
+int resample_image(const uint8_t *src, int h_in, int w_in, int channels, int h_out, int w_out,
+                   const axis_plan *horizontal, const axis_plan *vertical, const row_sink *sink)
+{
+    const size_t len = (size_t)w_out * channels;
+    const int window = vertical ? max_taps(vertical, h_out) : 1;
+    const uint8_t **rows = malloc(sizeof *rows * (size_t)window);
+    width_pass wp;
+    int status = width_pass_open(&wp, src, h_in, w_in, channels, w_out, horizontal, window);
+    if (!rows || status) {
+        status = -1;
+        goto out;
+    }
+    for (int y = 0; y < h_out; y++) {
+        if (!vertical) {
+            emit(sink, y, source_row(&wp, y), len);
+            continue;
+        }
+        const int first = vertical->starts[y], n = vertical->sizes[y];
+        for (int k = 0; k < n; k++)
+            rows[k] = source_row(&wp, first + k);
+        uint8_t *to = sink->target(sink->ctx, y);
+        v_row(rows, n, vertical->weights + (size_t)y * vertical->stride, vertical->precision, to,
+              (int)len);
+        if (sink->done)
+            sink->done(sink->ctx, y, to);
+    }
+out:
+    width_pass_close(&wp);
+    free(rows);
+    return status;
+}

@@ -1,0 +1,99 @@
+"""The native kernels, multimodal._kernels (C, built from multimodal/_native/ by setup.py).
+
+They compute exactly what the numpy code computes (torchvision's integer resize; the Qwen-VL
+patch layout of multimodal/processors/qwen_vl.py) in one pass over the pixels, using AVX2 where
+the CPU has it, and release the GIL while they work.  The extension is optional: without it,
+``AVAILABLE`` is False and callers use the numpy code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+
+import numpy as np
+
+from multimodal.resize_weights import axis_weights
+
+try:
+    from multimodal import _kernels
+except ImportError:  # not built (no C compiler at install time)
+    _kernels = None
+
+AVAILABLE = _kernels is not None
+
+# (starts int32, sizes int32, weights int16 [n_out, stride], stride, precision), or None for an
+# axis that keeps its size: the argument layout of _kernels.
+AxisArgument = tuple[np.ndarray, np.ndarray, np.ndarray, int, int]
+
+
+def simd_level() -> str | None:
+    """The kernels in use on this CPU, "avx2" or "generic"; None if the extension is not built."""
+    return _kernels.kernels() if _kernels is not None else None
+
+
+@contextlib.contextmanager
+def portable_kernels() -> Iterator[None]:
+    """Inside, only the portable C kernels run, as on CPUs without AVX2 (tests; not thread-safe)."""
+    previous = simd_level()
+    _kernels.use_kernels("generic")
+    try:
+        yield
+    finally:
+        _kernels.use_kernels(previous)
+
+
+@functools.lru_cache(maxsize=256)
+def _axis(n_in: int, n_out: int, method: str) -> AxisArgument | None:
+    if n_in == n_out:
+        return None
+    aw = axis_weights(n_in, n_out, method)
+    taps = aw.weights.shape[1]
+    stride = taps + taps % 2  # even: the kernels read weights in pairs
+    weights = np.zeros((n_out, stride), np.int16)
+    weights[:, :taps] = aw.weights
+    arrays = (aw.starts.astype(np.int32), aw.sizes.astype(np.int32), weights)
+    for array in arrays:
+        array.setflags(write=False)
+    return (*arrays, stride, aw.precision)
+
+
+def resize(image: np.ndarray, height: int, width: int, method: str) -> np.ndarray:
+    """An HxWxC uint8 image resized to height x width, as torchvision does."""
+    image = np.ascontiguousarray(image)
+    h_in, w_in, channels = image.shape
+    out = np.empty((height, width, channels), np.uint8)
+    _kernels.resize(
+        image, h_in, w_in, channels, out, height, width,
+        _axis(w_in, width, method), _axis(h_in, height, method),
+    )  # fmt: skip
+    return out
+
+
+def qwen_patches(
+    image: np.ndarray,
+    height: int,
+    width: int,
+    patch: int,
+    merge: int,
+    temporal: int,
+    table: np.ndarray | None = None,
+) -> np.ndarray:
+    """An HxWx3 uint8 image, bicubic-resized to height x width, as Qwen-VL patch rows.
+
+    Rows of 3*temporal*patch*patch uint8 values, or float32 ``table[channel, value]`` values
+    when a (3, 256) float32 table is given (normalization by lookup).
+    """
+    image = np.ascontiguousarray(image)
+    h_in, w_in, _ = image.shape
+    dtype = np.uint8 if table is None else np.float32
+    out = np.empty(((height // patch) * (width // patch), 3 * temporal * patch * patch), dtype)
+    if table is not None:
+        table = np.ascontiguousarray(table, np.float32)
+    _kernels.qwen_patches(
+        image, h_in, w_in, out, height, width,
+        _axis(w_in, width, "bicubic"), _axis(h_in, height, "bicubic"),
+        patch, merge, temporal, table,
+    )  # fmt: skip
+    return out
