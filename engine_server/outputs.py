@@ -109,10 +109,10 @@ def input_logprobs(output: RequestOutput, top: int | None) -> pb.InputLogProbs |
 
 
 def _top(entry: dict, top: int) -> pb.TopLogProbs:
-    # vLLM orders an entry as: the sampled token, then the top-k by rank; keep the top-k.
-    ranked = sorted(entry.items(), key=lambda item: item[1].rank or 0)
-    ranked = [(tid, lp) for tid, lp in ranked if lp.rank is not None and lp.rank >= 1]
-    chosen = list(itertools.islice(ranked, top if top > 0 else None))
+    """The entry's first `top` items, as smg-grpc-servicer sends them: vLLM orders an entry as
+    the sampled token, then the top-k by rank (the sampled one not repeated). This is also the
+    list vLLM's chat server shows as `top_logprobs`, so a gateway can show it as it comes."""
+    chosen = list(itertools.islice(entry.items(), top if top > 0 else None))
     return pb.TopLogProbs(
         token_ids=[tid for tid, _ in chosen], values=[lp.logprob for _, lp in chosen]
     )

@@ -151,6 +151,7 @@ def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts,
         media_policy=config.media_policy,
         http_client=http,
         metrics=metrics,
+        clean_up_spaces=clean_up,
     )
     app.state.chat = chat
     app.state.completions = CompletionService(

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from gateway.chat import ChatRenderer, ChatRequestError
 from gateway.detokenizer import added_tokens
 from gateway.errors import GatewayError, check_model, error_body, parse_body
+from gateway.logprobs import TokenTexts, chat_content, chat_logprobs
 from gateway.metrics import GatewayMetrics
 from gateway.pool import WorkerPool
 from gateway.protocol import UNTRUSTED_TEMPLATE, ChatCompletionRequest, ChatPromptFields
@@ -49,6 +50,7 @@ class ChatService:
         media_policy: MediaPolicy,
         http_client: httpx.AsyncClient,
         metrics: GatewayMetrics,
+        clean_up_spaces: bool = False,
     ) -> None:
         self.model_name = model_name
         self.renderer = renderer
@@ -59,6 +61,7 @@ class ChatService:
         self.media_policy = media_policy
         self.http = http_client
         self.metrics = metrics
+        self.token_texts = TokenTexts(tokenizer, clean_up_spaces)
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(ChatCompletionRequest, body)
@@ -68,6 +71,8 @@ class ChatService:
         prompt = await self.prompt(request, facts.pixels)
         if prompt.mm_inputs is not None and not facts.supports_vision:
             raise GatewayError("the engine worker does not accept images", 400, "messages")
+        if prompt.mm_inputs is not None:
+            _check_image_limit(len(prompt.mm_inputs.mm_placeholders), facts)
         max_tokens = _max_tokens(request, len(prompt.ids), facts)
         generate = pb.GenerateRequest(
             request_id=f"chatcmpl-{engine_request_id(request.request_id)}",
@@ -128,6 +133,15 @@ class ChatService:
         return Prompt(prepared.prompt_ids, rendered.prompt, prepared.mm_inputs)
 
 
+def _check_image_limit(images: int, facts) -> None:
+    # vLLM's own processor refuses these with this message; a worker fed preprocessed input
+    # may not (smg-grpc-servicer only advertises the limit), so the gateway holds to it.
+    limit = facts.mm_item_limits.get("image")
+    if limit is not None and images > limit:
+        message = f"At most {limit} image(s) may be provided in one prompt."
+        raise GatewayError(message, 400, "messages")
+
+
 def _max_tokens(request: ChatCompletionRequest, prompt_len: int, facts) -> int:
     try:
         return max_tokens_for(
@@ -179,27 +193,13 @@ class _Run:
         return {
             "index": choice.index,
             "message": {"role": "assistant", "content": choice.text.release(finished=True)},
-            "logprobs": self._logprobs(choice.logprobs) if self.request.logprobs else None,
+            "logprobs": (
+                chat_logprobs(self.service.token_texts, choice.logprobs, self._top)
+                if self.request.logprobs
+                else None
+            ),
             "finish_reason": choice.finish_reason,
             "stop_reason": choice.stop_reason,
-        }
-
-    def _logprobs(self, entries) -> dict:
-        decode = self.service.tokenizer.decode
-
-        def item(token: int, value: float) -> dict:
-            text = decode([token], skip_special_tokens=False)
-            return {
-                "token": text,
-                "logprob": max(value, -9999.0),
-                "bytes": list(text.encode("utf-8")),
-            }
-
-        return {
-            "content": [
-                {**item(token, value), "top_logprobs": [item(t, v) for t, v in tops]}
-                for token, value, tops in entries
-            ]
         }
 
     async def sse(self) -> AsyncIterator[str]:
@@ -220,12 +220,13 @@ class _Run:
                 )
             async for choice, finished in self._responses():
                 delta = choice.text.release(finished=finished)
-                if not delta and not finished:
+                logprobs = self._stream_logprobs(choice)
+                if not delta and not finished and not logprobs:
                     continue
                 entry = {
                     "index": choice.index,
                     "delta": {"content": delta} if delta else {},
-                    "logprobs": None,
+                    "logprobs": {"content": logprobs} if logprobs else None,
                     "finish_reason": choice.finish_reason,
                 }
                 if finished:
@@ -237,6 +238,16 @@ class _Run:
         except GatewayError as error:
             yield f"data: {json.dumps(error_body(error.message, error.status, error.param))}\n\n"
         yield "data: [DONE]\n\n"
+
+    @property
+    def _top(self) -> int:
+        return self.request.top_logprobs or 0
+
+    def _stream_logprobs(self, choice: Choice) -> list[dict]:
+        if not self.request.logprobs:
+            return []
+        positions, context = choice.unsent_logprobs()
+        return chat_content(self.service.token_texts, positions, self._top, context)
 
     def _running_usage(self) -> dict:
         generated = sum(c.generated for c in self.choices)

@@ -13,12 +13,13 @@ from tokenizers import Tokenizer
 
 from gateway.detokenizer import decode_prompt
 from gateway.errors import GatewayError, check_model, error_body, parse_body
+from gateway.logprobs import Position, TokenTexts, completion_logprobs
 from gateway.metrics import GatewayMetrics
 from gateway.pool import WorkerPool
 from gateway.protocol import CompletionRequest
 from gateway.request_log import engine_request_id
 from gateway.sampling import SamplingError, max_tokens_for, to_proto
-from gateway.streaming import Generation, Usage
+from gateway.streaming import Choice, Generation, Usage
 from protos import vllm_engine_pb2 as pb
 
 
@@ -34,12 +35,15 @@ class CompletionService:
     ) -> None:
         self.model_name, self.tokenizer, self.added, self.pool = model_name, tokenizer, added, pool
         self.metrics, self.clean_up_spaces = metrics, clean_up_spaces
+        self.token_texts = TokenTexts(tokenizer, clean_up_spaces)
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(CompletionRequest, body)
         check_model(request.model, self.model_name)
         if request.suffix is not None:
             raise GatewayError("suffix is not supported", 400, "suffix")
+        if request.echo and request.logprobs is not None:
+            raise GatewayError("echo with logprobs is not supported", 400, "echo")
         worker = self.pool.pick()
         request_id = f"cmpl-{engine_request_id(request.request_id)}"
         prompts = self._prompts(request)
@@ -56,7 +60,7 @@ class CompletionService:
             for i, (ids, _text) in enumerate(prompts)
         ]
         texts = [text for _ids, text in prompts]
-        reply = _Reply(self.model_name, request_id, request, runs, texts)
+        reply = _Reply(self.model_name, request_id, request, runs, texts, self.token_texts)
         if request.stream:
             return StreamingResponse(reply.sse(), media_type="text/event-stream")
         await asyncio.gather(*(run.run() for run in runs))
@@ -109,9 +113,12 @@ class _Reply:
         request: CompletionRequest,
         runs: list[Generation],
         prompt_texts: list[str],
+        token_texts: TokenTexts,
     ) -> None:
         self.model, self.id, self.request, self.runs = model, request_id, request, runs
         self.prompt_texts = prompt_texts
+        self.token_texts = token_texts
+        self.streamed_chars: dict[int, int] = {}
         self.created = int(time.time())
 
     def _usage(self) -> dict:
@@ -131,7 +138,7 @@ class _Reply:
                     {
                         "index": choice.index,
                         "text": (prompt + text) if self.request.echo else text,
-                        "logprobs": None,
+                        "logprobs": self._logprobs(choice.logprobs),
                         "finish_reason": choice.finish_reason,
                         "stop_reason": choice.stop_reason,
                     }
@@ -153,9 +160,13 @@ class _Reply:
                         yield self._event(choice.index, prompt, None)
                 async for choice, finished in run.responses():
                     delta = choice.text.release(finished=finished)
-                    if delta or finished:
+                    logprobs = self._stream_logprobs(choice)
+                    if delta or finished or logprobs:
                         yield self._event(
-                            choice.index, delta, choice.finish_reason if finished else None
+                            choice.index,
+                            delta,
+                            choice.finish_reason if finished else None,
+                            logprobs,
                         )
             options = self.request.stream_options
             if options and options.include_usage:
@@ -173,7 +184,26 @@ class _Reply:
             yield self._data(error_body(error.message, error.status, error.param))
         yield "data: [DONE]\n\n"
 
-    def _event(self, index: int, text: str, finish: str | None) -> str:
+    def _logprobs(self, positions: list[Position]) -> dict | None:
+        if self.request.logprobs is None:
+            return None
+        return completion_logprobs(self.token_texts, positions, self.request.logprobs)
+
+    def _stream_logprobs(self, choice: Choice) -> dict | None:
+        if self.request.logprobs is None:
+            return None
+        positions, context = choice.unsent_logprobs()
+        if not positions:
+            return None
+        offset = self.streamed_chars.get(choice.index, 0)
+        return completion_logprobs(
+            self.token_texts, positions, self.request.logprobs, offset, context
+        )
+
+    def _event(
+        self, index: int, text: str, finish: str | None, logprobs: dict | None = None
+    ) -> str:
+        self.streamed_chars[index] = self.streamed_chars.get(index, 0) + len(text)
         return self._data(
             {
                 "id": self.id,
@@ -181,7 +211,7 @@ class _Reply:
                 "created": self.created,
                 "model": self.model,
                 "choices": [
-                    {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+                    {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
                 ],
             }
         )

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 
 from gateway.detokenizer import IncrementalText, TextOptions
 from gateway.errors import from_grpc
+from gateway.logprobs import Position
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import SamplingFields
 from gateway.worker import Worker
@@ -32,7 +33,8 @@ class Choice:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     generated: int = 0
-    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+    logprobs: list[Position] = field(default_factory=list)
+    logprobs_sent: int = 0
 
     def on_chunk(self, chunk: pb.GenerateStreamChunk) -> None:
         ids = list(chunk.token_ids)
@@ -57,8 +59,15 @@ class Choice:
     def _collect_logprobs(self, proto: pb.OutputLogProbs) -> None:
         tops = list(proto.top_logprobs) or [None] * len(proto.token_ids)
         for token, value, top in zip(proto.token_ids, proto.token_logprobs, tops):
-            alternatives = list(zip(top.token_ids, top.values)) if top is not None else []
-            self.logprobs.append((token, value, alternatives))
+            alternatives = tuple(zip(top.token_ids, top.values)) if top is not None else ()
+            self.logprobs.append(Position(token, value, alternatives))
+
+    def unsent_logprobs(self) -> tuple[list[Position], list[int]]:
+        """Positions not yet streamed, and the sampled tokens just before them."""
+        start = self.logprobs_sent
+        self.logprobs_sent = len(self.logprobs)
+        context = [p.token for p in self.logprobs[max(0, start - 4) : start]]
+        return self.logprobs[start:], context
 
 
 @dataclass

@@ -117,21 +117,88 @@ def test_json_schema_response_format(gateway):
     assert json.loads(reply.choices[0].message.content) in ({"ok": True}, {"ok": False})
 
 
-def test_logprobs_have_the_openai_shape(gateway):
+def vllm_chat_logprobs(output, top: int) -> list[dict]:
+    """What vLLM's chat server builds from an output's Logprob entries (_create_chat_logprobs)."""
+
+    def entry(token_id, logprob):
+        name = logprob.decoded_token
+        return {
+            "token": name,
+            "logprob": max(logprob.logprob, -9999.0),
+            "bytes": list(name.encode("utf-8", errors="replace")),
+        }
+
+    return [
+        {
+            **entry(token_id, step[token_id]),
+            "top_logprobs": [entry(t, lp) for t, lp in list(step.items())[:top]],
+        }
+        for token_id, step in zip(output.token_ids, output.logprobs)
+    ]
+
+
+def same_logprobs(got: list[dict], want: list[dict]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert (g["token"], g["bytes"]) == (w["token"], w["bytes"])
+        assert g["logprob"] == pytest.approx(w["logprob"], abs=1e-4)
+        assert [t["token"] for t in g["top_logprobs"]] == [t["token"] for t in w["top_logprobs"]]
+        assert [t["bytes"] for t in g["top_logprobs"]] == [t["bytes"] for t in w["top_logprobs"]]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_equal_vllm(gateway, text_reference, chat_ids, stream):
+    """Sampled (not greedy) so the sampled token is often outside the top list; 40 random
+    tokens and top 8 bring byte-fallback pieces whose names vLLM corrects in context."""
+    params = {"temperature": 1.0, "seed": 11, "max_tokens": 40}
     client = gateway.client()
     reply = client.chat.completions.create(
         model=client.models.list().data[0].id,
         messages=MESSAGES,
-        max_tokens=4,
-        temperature=0,
         logprobs=True,
-        top_logprobs=2,
+        top_logprobs=8,
+        stream=stream,
+        extra_body={"ignore_eos": True},
+        **params,
     )
-    content = reply.choices[0].logprobs.content
-    assert len(content) == 4
-    assert all(
-        len(c.top_logprobs) == 2 and c.top_logprobs[0].logprob >= c.logprob - 1e-6 for c in content
+    if stream:
+        got = [
+            c.model_dump()
+            for chunk in reply
+            if chunk.choices and chunk.choices[0].logprobs
+            for c in chunk.choices[0].logprobs.content
+        ]
+    else:
+        got = [c.model_dump() for c in reply.choices[0].logprobs.content]
+    (want,) = vllm_says(
+        text_reference, chat_ids, f"gw-lp-{stream}", logprobs=8, ignore_eos=True, **params
     )
+    same_logprobs(got, vllm_chat_logprobs(want, 8))
+    names = {t["token"] for c in got for t in c["top_logprobs"]}
+    assert any("\ufffd" in n or n == "" for n in names) or any(not n.isascii() for n in names), (
+        "no multi-byte pieces among the alternatives: the context rule went untested"
+    )
+
+
+def test_completion_logprobs_equal_vllm(gateway, text_reference):
+    client = gateway.client()
+    params = {"temperature": 0, "max_tokens": 12}
+    reply = client.completions.create(
+        model=client.models.list().data[0].id, prompt="def f(x):", logprobs=3, **params
+    )
+    (want,) = vllm_says(text_reference, "def f(x):", "gw-cmpl-lp", logprobs=3, **params)
+    got = reply.choices[0].logprobs
+    names = [step[t].decoded_token for t, step in zip(want.token_ids, want.logprobs)]
+    assert got.tokens == names
+    assert got.token_logprobs == pytest.approx(
+        [step[t].logprob for t, step in zip(want.token_ids, want.logprobs)], abs=1e-4
+    )
+    assert got.text_offset == [sum(len(n) for n in names[:i]) for i in range(len(names))]
+    # greedy: the sampled token is the top one, so vLLM's top+1 rule lists exactly 3
+    assert [list(d) for d in got.top_logprobs] == [
+        [lp.decoded_token for lp in step.values()] for step in want.logprobs
+    ]
+    assert "".join(got.tokens) == reply.choices[0].text
 
 
 def test_errors_are_openai_shaped(gateway):
