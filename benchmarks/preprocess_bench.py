@@ -49,6 +49,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 
+from multimodal import native  # noqa: E402
 from multimodal.decode import decode_image  # noqa: E402
 from multimodal.policy import MediaPolicy  # noqa: E402
 from multimodal.registry import processor_for  # noqa: E402
@@ -442,6 +443,7 @@ def machine() -> dict[str, object]:
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "transformers": transformers.__version__,
+        "native_kernels": native.simd_level() or "not built (numpy resize)",
     }
 
 
@@ -467,7 +469,7 @@ def main() -> None:
     print(
         f"{info['cpu']}, {info['cores']} cores; numpy {info['numpy']}, Pillow {info['pillow']}, "
         f"torch {info['torch']}, torchvision {info['torchvision']}, "
-        f"transformers {info['transformers']}"
+        f"transformers {info['transformers']}; native kernels: {info['native_kernels']}"
     )
     print(f"single thread; median of {repeats} interleaved rounds; HF decode: {load_name}")
     print(f"load average at start (1/5/15 min): {load_average()}")

@@ -1,9 +1,11 @@
-"""Time multimodal.resize against torchvision (the HF processor's resize) and Pillow.
+"""Time multimodal.resize (native kernels and numpy) against torchvision and Pillow.
 
     python -m benchmarks.resize_bench [--method bilinear] [--repeats 15]
 
-Everything runs single-threaded (torch.set_num_threads(1); OPENBLAS_NUM_THREADS defaults to 1,
-set it before running to let BLAS use more cores).  Reports the fastest and the median run.
+torchvision's resize is what the HF processors run.  Everything runs single-threaded
+(torch.set_num_threads(1); OPENBLAS_NUM_THREADS defaults to 1, set it before running to let
+the numpy backend's BLAS use more cores).  Reports the fastest and the median run; `same` says
+whether both of our backends gave torchvision's bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -23,7 +26,8 @@ from collections.abc import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from multimodal.resize import resize  # noqa: E402
+from multimodal import native  # noqa: E402
+from multimodal.resize import BACKENDS, resize  # noqa: E402
 
 
 def qwen_size(height: int, width: int, factor: int = 28, max_pixels: int = 28 * 28 * 1280):
@@ -80,6 +84,7 @@ def main() -> None:
     args = parser.parse_args()
 
     cases = [
+        ("1280x960 -> Qwen2.5-VL", (960, 1280), qwen_size(960, 1280, max_pixels=12845056)),
         ("1280x960 -> Qwen2-VL", (960, 1280), qwen_size(960, 1280)),
         ("3840x2160 -> Qwen2-VL", (2160, 3840), qwen_size(2160, 3840)),
         ("1920x1080 -> CLIP", (1080, 1920), clip_size(1080, 1920)),
@@ -87,25 +92,36 @@ def main() -> None:
     pil_filter = Image.Resampling.BICUBIC if args.method == "bicubic" else Image.Resampling.BILINEAR
     tv = torchvision_resizer(args.method)
     rng = np.random.default_rng(0)
+    kernels = native.simd_level() or "not built"
     print(f"{args.method}, single thread, ms per resize (min / median of {args.repeats} runs)")
-    print(f"{'case':24} {'output':>10} {'ours':>13} {'torchvision':>13} {'Pillow':>13}  same")
+    print(f"native kernels: {kernels}")
+    head = ["native", "numpy", "torchvision", "Pillow"]
+    print(f"{'case':24} {'output':>10}" + "".join(f" {h:>13}" for h in head) + "  same")
     for name, (h, w), (oh, ow) in cases:
         image = rng.integers(0, 256, (h, w, 3), np.uint8)
-        ours = timed(lambda: resize(image, oh, ow, args.method), args.repeats)  # noqa: B023
-        pil_image = Image.fromarray(image)
-        pil = timed(lambda: pil_image.resize((ow, oh), pil_filter), args.repeats)  # noqa: B023
-        cells, same = [ours], "n/a"
+        cells: list[tuple[float, float] | None] = []
+        for backend in ("native", "numpy"):
+            if backend not in BACKENDS:
+                cells.append(None)
+                continue
+            call = functools.partial(resize, image, oh, ow, args.method, backend)
+            cells.append(timed(call, args.repeats))
+        same = "n/a"
         if tv is not None:
             prepare, run = tv
             chw = prepare(image)
             cells.append(timed(lambda: run(chw, oh, ow), args.repeats))  # noqa: B023
-            identical = np.array_equal(resize(image, oh, ow, args.method), run(chw, oh, ow))
-            same = "yes" if identical else "NO"
+            want = run(chw, oh, ow)
+            ours = [resize(image, oh, ow, args.method, b) for b in BACKENDS]
+            same = "yes" if all(np.array_equal(o, want) for o in ours) else "NO"
         else:
             cells.append(None)
-        cells.append(pil)
-        text = ["    --    " if c is None else f"{c[0]:6.1f}/{c[1]:6.1f}" for c in cells]
-        print(f"{name:24} {f'{ow}x{oh}':>10} {text[0]:>13} {text[1]:>13} {text[2]:>13}  {same}")
+        pil_image = Image.fromarray(image)
+        cells.append(timed(lambda: pil_image.resize((ow, oh), pil_filter), args.repeats))  # noqa: B023
+        text = "".join(
+            f" {'--':>13}" if c is None else f" {f'{c[0]:6.1f}/{c[1]:6.1f}':>13}" for c in cells
+        )
+        print(f"{name:24} {f'{ow}x{oh}':>10}{text}  {same}")
 
 
 if __name__ == "__main__":
