@@ -1,9 +1,9 @@
 """The native kernels, multimodal._kernels (C, built from multimodal/_native/ by setup.py).
 
 They compute exactly what the numpy code computes (torchvision's integer resize; the Qwen-VL
-patch layout of multimodal/processors/qwen_vl.py) in one pass over the pixels, using AVX2 where
-the CPU has it, and release the GIL while they work.  The extension is optional: without it,
-``AVAILABLE`` is False and callers use the numpy code.
+patch layout and float32 normalization of multimodal/processors/qwen_vl.py) in one pass over
+the pixels, using AVX2 where the CPU has it, and release the GIL while they work.  The
+extension is optional: without it, ``AVAILABLE`` is False and callers use the numpy code.
 """
 
 from __future__ import annotations
@@ -78,22 +78,22 @@ def qwen_patches(
     patch: int,
     merge: int,
     temporal: int,
-    table: np.ndarray | None = None,
+    normalize: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """An HxWx3 uint8 image, bicubic-resized to height x width, as Qwen-VL patch rows.
 
-    Rows of 3*temporal*patch*patch uint8 values, or float32 ``table[channel, value]`` values
-    when a (3, 256) float32 table is given (normalization by lookup).
+    Rows of 3*temporal*patch*patch uint8 values or, given float32 (mean, std) per channel,
+    float32 (x - mean) / std.
     """
     image = np.ascontiguousarray(image)
     h_in, w_in, _ = image.shape
-    dtype = np.uint8 if table is None else np.float32
+    dtype = np.uint8 if normalize is None else np.float32
     out = np.empty(((height // patch) * (width // patch), 3 * temporal * patch * patch), dtype)
-    if table is not None:
-        table = np.ascontiguousarray(table, np.float32)
+    if normalize is not None:
+        normalize = np.ascontiguousarray(normalize, np.float32)
     _kernels.qwen_patches(
         image, h_in, w_in, out, height, width,
         _axis(w_in, width, "bicubic"), _axis(h_in, height, "bicubic"),
-        patch, merge, temporal, table,
+        patch, merge, temporal, normalize,
     )  # fmt: skip
     return out

@@ -105,6 +105,10 @@ def test_kernels_refuse_arguments_that_do_not_fit():
     with pytest.raises(ValueError, match="not a multiple"):
         _kernels.qwen_patches(image, 60, 80, patches, 50, 84, axis(80, 84), axis(60, 50),
                               14, 2, 2, None)  # fmt: skip
+    floats = np.empty((4 * 6, 3 * 2 * 14 * 14), np.float32)
+    with pytest.raises(ValueError, match="3 means and 3 stds"):
+        _kernels.qwen_patches(image, 60, 80, floats, 56, 84, axis(80, 84), axis(60, 56),
+                              14, 2, 2, np.ones(3, np.float32))  # fmt: skip
 
 
 @pytest.mark.skipif(not native.AVAILABLE, reason="multimodal._kernels is not built")
@@ -119,12 +123,12 @@ def test_kernels_release_the_gil():
     image = noise(2160, 3840)
     out = np.empty((154 * 274, 3 * 2 * 14 * 14), np.float32)  # 4K -> 2156x3836, as floats
     args = (image, 2160, 3840, out, 2156, 3836, axis(3840, 3836), axis(2160, 2156), 14, 2, 2)
-    table = np.zeros((3, 256), np.float32)
+    normalize = np.ones((2, 3), np.float32)
     window: list[float] = []
 
     def work() -> None:
         start = time.perf_counter()
-        _kernels.qwen_patches(*args, table)
+        _kernels.qwen_patches(*args, normalize)
         window.extend((start, time.perf_counter()))
 
     thread = threading.Thread(target=work)

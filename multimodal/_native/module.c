@@ -137,7 +137,7 @@ static int check_patches(const qwen_patches *q, int h, const Py_buffer *dst)
                      q->width, p, m);
         return -1;
     }
-    const size_t element = q->table ? sizeof(float) : 1;
+    const size_t element = q->normalize ? sizeof(float) : 1;
     const size_t want = (size_t)(h / p) * (q->width / p) * 3 * q->temporal * p * p;
     if ((size_t)dst->len != want * element) {
         PyErr_SetString(PyExc_ValueError, "patch buffer has the wrong size");
@@ -148,25 +148,25 @@ static int check_patches(const qwen_patches *q, int h, const Py_buffer *dst)
 
 static PyObject *py_qwen_patches(PyObject *self, PyObject *args)
 {
-    Py_buffer src, dst, table = {0};
+    Py_buffer src, dst, normalize = {0};
     int h_in, w_in, h_out, w_out, status = -1;
-    PyObject *h_obj, *v_obj, *table_obj;
+    PyObject *h_obj, *v_obj, *normalize_obj;
     axis_arg h = {0}, v = {0};
     qwen_patches q = {0};
     (void)self;
     if (!PyArg_ParseTuple(args, "y*iiw*iiOOiiiO", &src, &h_in, &w_in, &dst, &h_out, &w_out,
-                          &h_obj, &v_obj, &q.patch, &q.merge, &q.temporal, &table_obj))
+                          &h_obj, &v_obj, &q.patch, &q.merge, &q.temporal, &normalize_obj))
         return NULL;
     q.width = w_out;
     q.out = dst.buf;
-    if (table_obj != Py_None) {
-        if (PyObject_GetBuffer(table_obj, &table, PyBUF_SIMPLE))
+    if (normalize_obj != Py_None) {
+        if (PyObject_GetBuffer(normalize_obj, &normalize, PyBUF_SIMPLE))
             goto out;
-        if (table.len != (Py_ssize_t)(3 * 256 * sizeof(float))) {
-            PyErr_SetString(PyExc_ValueError, "the table must hold 3 x 256 float32");
+        if (normalize.len != (Py_ssize_t)(6 * sizeof(float))) {
+            PyErr_SetString(PyExc_ValueError, "normalize must hold 3 means and 3 stds, float32");
             goto out;
         }
-        q.table = table.buf;
+        q.normalize = normalize.buf;
     }
     if (check_image(&src, h_in, w_in, 3, 1, "source") || check_patches(&q, h_out, &dst) ||
         axis_parse(h_obj, w_in, w_out, "width", &h) ||
@@ -187,8 +187,8 @@ out:
     qwen_patches_close(&q);
     axis_release(&h);
     axis_release(&v);
-    if (table.obj)
-        PyBuffer_Release(&table);
+    if (normalize.obj)
+        PyBuffer_Release(&normalize);
     PyBuffer_Release(&src);
     PyBuffer_Release(&dst);
     if (status)
@@ -222,7 +222,7 @@ static PyMethodDef methods[] = {
      "resize(src, h_in, w_in, channels, dst, h_out, w_out, width_axis, height_axis)"},
     {"qwen_patches", py_qwen_patches, METH_VARARGS,
      "qwen_patches(src, h_in, w_in, dst, h_out, w_out, width_axis, height_axis, patch, merge, "
-     "temporal, table)"},
+     "temporal, normalize)"},
     {"kernels", py_kernels, METH_NOARGS, "The kernels in use: 'avx2' or 'generic'."},
     {"use_kernels", py_use_kernels, METH_VARARGS,
      "use_kernels('generic' | 'avx2'): switch kernels (tests only, not thread-safe)."},

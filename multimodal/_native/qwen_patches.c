@@ -1,6 +1,6 @@
 /* Qwen-VL patches from resized rows: rows are split into the channel planes of a band of
- * patch*merge rows; each full band is written out patch after patch (uint8 runs copied, or
- * float32 through the per-channel table), every temporal copy a copy of the first. */
+ * patch*merge rows (as uint8, or normalized float32); each full band is written out patch
+ * after patch, runs of `patch` elements copied, every temporal copy a copy of the first. */
 #include "qwen_patches.h"
 
 #include <stdlib.h>
@@ -15,19 +15,25 @@ static int band_rows(const qwen_patches *q)
     return q->patch * q->merge;
 }
 
+static size_t element(const qwen_patches *q)
+{
+    return q->normalize ? sizeof(float) : 1;
+}
+
 int qwen_patches_open(qwen_patches *q)
 {
-    q->band = malloc((size_t)3 * band_rows(q) * q->width);
+    q->band = malloc((size_t)3 * band_rows(q) * q->width * element(q));
     q->row = malloc((size_t)3 * q->width + ROW_PAD);
-    return q->band && q->row ? 0 : -1;
+    q->split = malloc((size_t)3 * q->width);
+    return q->band && q->row && q->split ? 0 : -1;
 }
 
 void qwen_patches_close(qwen_patches *q)
 {
     free(q->band);
     free(q->row);
-    q->band = NULL;
-    q->row = NULL;
+    free(q->split);
+    q->band = q->row = q->split = NULL;
 }
 
 uint8_t *qwen_patches_target(void *ctx, int y)
@@ -46,6 +52,13 @@ static void split_generic(const uint8_t *row, int from, int width, uint8_t *r, u
         g[x] = row[3 * x + 1];
         b[x] = row[3 * x + 2];
     }
+}
+
+static void normalize_generic(const uint8_t *values, int from, int n, float mean, float std,
+                              float *out)
+{
+    for (int i = from; i < n; i++)
+        out[i] = ((float)values[i] - mean) / std;
 }
 
 #ifdef MMGATE_X86
@@ -78,6 +91,19 @@ AVX2 static int split_avx2(const uint8_t *row, int width, uint8_t *r, uint8_t *g
     }
     return x;
 }
+
+/* 8 values at a time, the same IEEE float32 subtraction and division as the scalar code. */
+AVX2 static int normalize_avx2(const uint8_t *values, int n, float mean, float std, float *out)
+{
+    const __m256 m = _mm256_set1_ps(mean), s = _mm256_set1_ps(std);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i bytes = _mm_loadl_epi64((const __m128i *)(values + i));
+        const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+        _mm256_storeu_ps(out + i, _mm256_div_ps(_mm256_sub_ps(x, m), s));
+    }
+    return i;
+}
 #endif
 
 static void split(const uint8_t *row, int width, uint8_t *r, uint8_t *g, uint8_t *b)
@@ -90,58 +116,64 @@ static void split(const uint8_t *row, int width, uint8_t *r, uint8_t *g, uint8_t
     split_generic(row, done, width, r, g, b);
 }
 
+static void normalize(const uint8_t *values, int n, float mean, float std, float *out)
+{
+    int done = 0;
+#ifdef MMGATE_X86
+    if (cpu_has_avx2())
+        done = normalize_avx2(values, n, mean, std, out);
+#endif
+    normalize_generic(values, done, n, mean, std, out);
+}
+
+/* Row r of the band's planes: uint8 as they are, or normalized to float32. */
+static void to_band(const qwen_patches *q, const uint8_t *row, int r)
+{
+    const int w = q->width;
+    const size_t plane = (size_t)band_rows(q) * w;
+    if (!q->normalize) {
+        uint8_t *at = q->band + (size_t)r * w;
+        split(row, w, at, at + plane, at + 2 * plane);
+        return;
+    }
+    split(row, w, q->split, q->split + w, q->split + 2 * w);
+    float *at = (float *)q->band + (size_t)r * w;
+    for (int c = 0; c < 3; c++)
+        normalize(q->split + c * w, w, q->normalize[c], q->normalize[3 + c], at + c * plane);
+}
+
 /* ---- a band of planes to patches ---------------------------------------------------------- */
 
-/* Constant sizes for the common patch sizes let the compiler inline the copies. */
-static inline void copy_run(uint8_t *to, const uint8_t *from, int bytes)
+/* Constant sizes for the common runs (patch 14 and 16, uint8 and float32) let the compiler
+ * inline the copies. */
+static inline void copy_run(uint8_t *to, const uint8_t *from, size_t bytes)
 {
     switch (bytes) {
     case 14: memcpy(to, from, 14); break;
     case 16: memcpy(to, from, 16); break;
-    default: memcpy(to, from, (size_t)bytes);
+    case 56: memcpy(to, from, 56); break;
+    case 64: memcpy(to, from, 64); break;
+    default: memcpy(to, from, bytes);
     }
-}
-
-/* One channel of one patch: patch x patch values from the plane, starting at `from`. */
-static uint8_t *patch_plane_u8(const qwen_patches *q, const uint8_t *from, uint8_t *out)
-{
-    const int p = q->patch;
-    for (int py = 0; py < p; py++, out += p)
-        copy_run(out, from + (size_t)py * q->width, p);
-    return out;
-}
-
-static uint8_t *patch_plane_f32(const qwen_patches *q, const uint8_t *from, const float *table,
-                                uint8_t *out)
-{
-    const int p = q->patch;
-    float *o = (float *)out;
-    for (int py = 0; py < p; py++, o += p) {
-        const uint8_t *v = from + (size_t)py * q->width;
-        for (int px = 0; px < p; px++)
-            o[px] = table[v[px]];
-    }
-    return (uint8_t *)o;
 }
 
 static void write_band(const qwen_patches *q, int band)
 {
     const int p = q->patch, m = q->merge, t = q->temporal, w = q->width;
-    const size_t element = q->table ? sizeof(float) : 1;
-    const size_t plane_bytes = (size_t)p * p * element, rows = (size_t)band_rows(q);
+    const size_t run = p * element(q), row = w * element(q), plane = p * run;
+    const size_t channel_plane = band_rows(q) * row;
     const size_t patches_per_band = (size_t)(w / p) * m;
-    uint8_t *out = (uint8_t *)q->out + band * patches_per_band * 3 * t * plane_bytes;
+    uint8_t *out = (uint8_t *)q->out + band * patches_per_band * 3 * t * plane;
     for (int gx = 0; gx < w / p / m; gx++) {
         for (int my = 0; my < m; my++) {
             for (int mx = 0; mx < m; mx++) {
-                const size_t corner = (size_t)my * p * w + (size_t)(gx * m + mx) * p;
-                for (int c = 0; c < 3; c++) {
-                    const uint8_t *from = q->band + c * rows * w + corner;
-                    uint8_t *first = out;
-                    out = q->table ? patch_plane_f32(q, from, q->table + 256 * c, out)
-                                   : patch_plane_u8(q, from, out);
-                    for (int copy = 1; copy < t; copy++, out += plane_bytes)
-                        memcpy(out, first, plane_bytes);
+                const uint8_t *from = q->band + my * p * row + (gx * m + mx) * run;
+                for (int c = 0; c < 3; c++, from += channel_plane) {
+                    const uint8_t *first = out;
+                    for (int py = 0; py < p; py++, out += run)
+                        copy_run(out, from + py * row, run);
+                    for (int copy = 1; copy < t; copy++, out += plane)
+                        memcpy(out, first, plane);
                 }
             }
         }
@@ -151,10 +183,8 @@ static void write_band(const qwen_patches *q, int band)
 void qwen_patches_row(void *ctx, int y, const uint8_t *row)
 {
     const qwen_patches *q = ctx;
-    const int rows = band_rows(q), r = y % rows;
-    const size_t plane = (size_t)rows * q->width;
-    uint8_t *at = q->band + (size_t)r * q->width;
-    split(row, q->width, at, at + plane, at + 2 * plane);
-    if (r == rows - 1)
+    const int rows = band_rows(q);
+    to_band(q, row, y % rows);
+    if (y % rows == rows - 1)
         write_band(q, y / rows);
 }

@@ -3,11 +3,12 @@
  * An h x w x 3 image becomes (h/patch)*(w/patch) rows of 3*temporal*patch*patch elements:
  * patches in merge x merge groups (group rows, group columns, row in group, column in group),
  * each flattened as (channel, temporal copy, row, column), the same pixels in every temporal
- * copy. As multimodal/processors/qwen_vl.py's numpy _patchify does, element for element.
+ * copy. As multimodal/processors/qwen_vl.py's numpy _patchify does, element for element;
+ * normalized floats are float32 (x - mean[c]) / std[c], the two operations numpy does.
  *
- * Rows are split into channel planes as they arrive; once patch*merge rows (one row of merge
- * groups) are in, their patches are written out in order, so the output is written
- * sequentially, once.
+ * Rows are split into channel planes (normalized if asked) as they arrive; once patch*merge
+ * rows (one row of merge groups) are in, their patches are written out in order, so the output
+ * is written sequentially, once.
  */
 #ifndef MMGATE_QWEN_PATCHES_H
 #define MMGATE_QWEN_PATCHES_H
@@ -17,13 +18,14 @@
 typedef struct {
     int width;                 /* of the resized image, 3 channels */
     int patch, merge, temporal;
-    void *out;                 /* uint8, or float32 if `table` is set */
-    const float *table;        /* NULL, or the float of each value per channel: table[c*256+v] */
+    void *out;                 /* uint8, or float32 if `normalize` is set */
+    const float *normalize;    /* NULL, or mean[3] then std[3] */
     uint8_t *band;             /* internal: 3 planes of patch*merge rows */
     uint8_t *row;              /* internal: where the resize writes the row being done */
+    uint8_t *split;            /* internal: the row as 3 uint8 planes, before normalizing */
 } qwen_patches;
 
-/* Allocates the band and row buffers. Returns 0, or -1 if memory ran out. */
+/* Allocates the buffers. Returns 0, or -1 if memory ran out. */
 int qwen_patches_open(qwen_patches *q);
 void qwen_patches_close(qwen_patches *q);
 

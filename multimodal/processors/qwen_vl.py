@@ -79,9 +79,6 @@ class QwenVLProcessor(ImageProcessor):
         scale = np.float32(1.0 / s.rescale_factor)
         self._mean = np.asarray(s.mean, dtype=np.float32) * scale
         self._std = np.asarray(s.std, dtype=np.float32) * scale
-        # The same float32 operations for every possible uint8 value: normalizing is a lookup.
-        values = np.arange(256, dtype=np.uint8)
-        self._table = (values - self._mean[:, None]) / self._std[:, None]
 
     @classmethod
     def matches(cls, files: ModelFiles) -> bool:
@@ -166,9 +163,9 @@ class QwenVLProcessor(ImageProcessor):
             image.shape[0], image.shape[1], factor, opts["min_pixels"], opts["max_pixels"]
         )
         if self.backend == "native" and image.ndim == 3 and image.shape[2] == 3:
-            table = None if raw_pixels else self._table
+            normalize = None if raw_pixels else (self._mean, self._std)
             p, m, t = s.patch_size, s.merge_size, s.temporal_patch_size
-            patches = native.qwen_patches(image, height, width, p, m, t, table)
+            patches = native.qwen_patches(image, height, width, p, m, t, normalize)
         else:
             pixels = resize(image, height, width, "bicubic", backend=self.backend)
             patches = self._patchify(pixels, raw_pixels)
