@@ -26,5 +26,5 @@ setup(
             extra_compile_args=COMPILE_ARGS,
             optional=True,
         )
-    ]
+    ],
 )
