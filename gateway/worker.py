@@ -36,6 +36,19 @@ class WorkerFacts:
     is_generation: bool
     pixels: PixelEncoding
     sampling_defaults: dict = field(default_factory=dict)
+    # Per-prompt media limits (--limit-mm-per-prompt) by modality; empty when not advertised.
+    # smg-grpc-servicer does not enforce them on preprocessed input: whoever preprocesses must.
+    mm_item_limits: dict[str, int] = field(default_factory=dict)
+
+
+def parse_item_limits(label: str) -> dict[str, int]:
+    """GetServerInfo.mm_item_limits, `image=4,video=1`, to {"image": 4, "video": 1}."""
+    limits = {}
+    for pair in filter(None, label.split(",")):
+        modality, _, count = pair.partition("=")
+        if count.strip().isdigit():
+            limits[modality.strip()] = int(count)
+    return limits
 
 
 def parse_address(url: str) -> str:
@@ -72,6 +85,7 @@ class Worker:
                 server.mm_device_do_normalize, server.multimodal_encoder_dtype
             ),
             sampling_defaults=json.loads(defaults) if defaults else {},
+            mm_item_limits=parse_item_limits(server.mm_item_limits),
         )
         self.healthy = True
         return self.facts
