@@ -121,7 +121,11 @@ class Generation:
         )
         stop_ids = set(request.stop_token_ids or ())
         if not request.ignore_eos:
-            stop_ids |= set(worker.facts.eos_token_ids)
+            # Held too: every added token, because a worker's EOS list can be short of what
+            # its engine stops on (smg-grpc-servicer reports only the HF config's top-level
+            # eos_token_id: none for Qwen2-VL, and not generation_config.json's extras). EOS
+            # ids are added tokens; holding another one only delays it by one message.
+            stop_ids |= set(worker.facts.eos_token_ids) | added.keys()
         prompt_ids = list(generate.tokenized.input_ids)
         self.choices = make_choices(request.n, tokenizer, prompt_ids, options, added, stop_ids)
         for choice in self.choices:
