@@ -68,11 +68,17 @@ class WorkerProcess:
         self.address = f"127.0.0.1:{self.port}"
         self.log_path = log_path
         args = engine_cli_args({"model": str(model), **ENGINE_KWARGS, **extra})
-        cmd = [sys.executable, "-m", "gateway.cli", "engine", "--port", str(self.port), *args]
+        cmd = self.command(args)
         self._log = open(log_path, "w")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env={**os.environ, **ENGINE_ENV}, stdout=self._log, stderr=self._log
         )
+
+    def command(self, args: list[str]) -> list[str]:
+        return [sys.executable, "-m", "gateway.cli", "engine", "--port", str(self.port), *args]
+
+    def is_ready(self) -> bool:
+        return self.stub().HealthCheck(pb.HealthCheckRequest(), timeout=2).healthy
 
     def wait_ready(self, timeout: float = 300.0) -> WorkerProcess:
         deadline = time.monotonic() + timeout
@@ -80,7 +86,7 @@ class WorkerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker exited {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                if self.stub().HealthCheck(pb.HealthCheckRequest(), timeout=2).healthy:
+                if self.is_ready():
                     return self
             except grpc.RpcError:
                 pass
@@ -106,6 +112,25 @@ class WorkerProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+class UpstreamServicerProcess(WorkerProcess):
+    """SMG's own servicer (PyPI smg-grpc-servicer, what `vllm serve --grpc` runs) over vLLM,
+    started by vLLM's gRPC launcher with its defaults. Ready once the standard health service
+    says SERVING: its VllmEngine HealthCheck answers healthy while its start-up warm-up still
+    runs requests through the engine."""
+
+    def command(self, args: list[str]) -> list[str]:
+        bind = ["--host", "127.0.0.1", "--port", str(self.port)]
+        return [sys.executable, "-m", "vllm.entrypoints.launchers.grpc_server", *bind, *args]
+
+    def is_ready(self) -> bool:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        self.stub()  # opens the channel
+        check = health_pb2.HealthCheckRequest(service="vllm.grpc.engine.VllmEngine")
+        reply = health_pb2_grpc.HealthStub(self._channel).Check(check, timeout=2)
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 class ReferenceEngine:
