@@ -16,7 +16,7 @@ import grpc
 from tokenizers import Tokenizer
 
 from gateway.detokenizer import IncrementalText, TextOptions
-from gateway.errors import from_grpc
+from gateway.errors import GatewayError, from_grpc
 from gateway.logprobs import Position
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import SamplingFields
@@ -144,17 +144,27 @@ class Generation:
                     if not self._first_token_at and response.chunk.token_ids:
                         self._first_token_at = time.perf_counter()
                     self.usage.cached_tokens = response.chunk.cached_tokens
-                    choice = self.choices[response.chunk.index]
+                    choice = self._choice(response.chunk.index)
                     choice.on_chunk(response.chunk)
                     yield choice, False
-                else:
-                    choice = self.choices[response.complete.index]
+                elif response.HasField("complete"):
+                    choice = self._choice(response.complete.index)
                     choice.on_complete(response.complete)
                     yield choice, True
         except grpc.aio.AioRpcError as error:
             raise from_grpc(error) from None
+        if unfinished := [c.index for c in self.choices if c.finish_reason is None]:
+            raise GatewayError(
+                f"the engine worker ended the stream before finishing choice {unfinished[0]}",
+                502,
+            )
         self.usage.completion_tokens = sum(c.generated for c in self.choices)
         self._observe()
+
+    def _choice(self, index: int) -> Choice:
+        if not 0 <= index < len(self.choices):
+            raise GatewayError(f"the engine worker sent an unknown choice index {index}", 502)
+        return self.choices[index]
 
     def _observe(self) -> None:
         if self.metrics is None:

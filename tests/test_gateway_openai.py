@@ -278,3 +278,34 @@ def test_model_files_from_the_worker_when_no_local_copy(
         assert reply.usage.prompt_tokens == len(ids)
     finally:
         proc.stop()
+
+
+def test_client_disconnect_aborts_the_engine_request(gateway, text_worker):
+    """Closing a stream mid-way cancels the gRPC call and the engine frees the request."""
+    import time
+
+    from protos import vllm_engine_pb2 as pb
+
+    stub = text_worker.stub()
+
+    def running() -> int:
+        return stub.GetLoads(pb.GetLoadsRequest()).loads[0].num_total_reqs
+
+    body = {
+        "messages": MESSAGES,
+        "max_tokens": 990,  # ~3 s or more of generation on this tiny model
+        "stream": True,
+        "ignore_eos": True,
+    }
+    with httpx.stream(
+        "POST", f"{gateway.base_url}/v1/chat/completions", json=body, timeout=60
+    ) as reply:
+        events = (line for line in reply.iter_lines() if line.startswith("data: "))
+        next(events)  # the role chunk, sent before the worker is called
+        next(events)  # the first content: the engine is generating
+        assert running() == 1
+    # freed well before the generation could have ended by itself
+    deadline = time.monotonic() + 1.5
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running() == 0
