@@ -1,10 +1,11 @@
 /* What the CPU can run: the AVX2 kernels are compiled for x86-64 with GCC/Clang and used only
  * when the CPU reports AVX2 at run time, so the extension runs on any x86-64 (and builds on
- * other architectures, with the portable kernels only). */
+ * other architectures, with the portable kernels only; -DMMGATE_PORTABLE builds x86-64 that
+ * way too, to test it). */
 #ifndef MMGATE_CPU_H
 #define MMGATE_CPU_H
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(MMGATE_PORTABLE)
 #define MMGATE_X86 1
 #define AVX2 __attribute__((target("avx2")))
 #include <immintrin.h>
