@@ -14,12 +14,14 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from tokenizers import Tokenizer
 
+from gateway.admin import admin_routes
+from gateway.admission import Admission
 from gateway.chat import ChatRenderer
 from gateway.errors import GatewayError, error_body, error_response
-from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.middleware import ApiKeyMiddleware, RequestMiddleware
+from gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugesFrom
+from gateway.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
 from gateway.model_files import is_model_dir, unpack_bundle
-from gateway.pool import WorkerPool
+from gateway.pool import PoolOptions, WorkerPool
 from gateway.serving_chat import ChatService
 from gateway.serving_completion import CompletionService
 from gateway.serving_embedding import EmbeddingService
@@ -29,6 +31,7 @@ from multimodal.media import MediaPolicy
 from multimodal.registry import UnsupportedModel, processor_for
 
 VERSION = "0.1.0"
+GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 log = logging.getLogger("mmgate.gateway")
 
 
@@ -43,6 +46,16 @@ class CorsConfig:
 
 
 @dataclass
+class AdmissionConfig:
+    """At most max_in_flight generation requests at once, max_queue waiting (429 beyond),
+    each waiting at most queue_timeout seconds (503 after)."""
+
+    max_in_flight: int = 256
+    max_queue: int = 1024
+    queue_timeout: float = 30.0
+
+
+@dataclass
 class GatewayConfig:
     model: Path  # a local model directory, or a name whose files come from the workers
     workers: list[str]
@@ -51,14 +64,31 @@ class GatewayConfig:
     media_policy: MediaPolicy = field(default_factory=MediaPolicy)
     api_keys: list[str] = field(default_factory=list)
     cors: CorsConfig = field(default_factory=CorsConfig)
+    worker_dns: list[str] = field(default_factory=list)
+    pool: PoolOptions = field(default_factory=PoolOptions)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
     metrics = GatewayMetrics()
+    limits = config.admission
+    admission = Admission(limits.max_in_flight, limits.max_queue, limits.queue_timeout)
+    metrics.watch(
+        GaugesFrom(
+            [
+                ("mmgate_queue_depth", "generation requests waiting for admission", []),
+                ("mmgate_admitted_requests", "generation requests admitted and running", []),
+            ],
+            lambda: {
+                "mmgate_queue_depth": [([], float(admission.queue_depth))],
+                "mmgate_admitted_requests": [([], float(admission.in_flight))],
+            },
+        )
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        pool = WorkerPool(config.workers)
+        pool = WorkerPool(config.workers, config.pool, config.worker_dns, metrics)
         facts = await pool.start()
         metrics.watch(pool.collector())
         model_dir = await _model_dir(config.model, pool)
@@ -129,7 +159,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
-    _middleware(app, config, metrics)
+    app.include_router(admin_routes())
+    _middleware(app, config, metrics, admission)
     return app
 
 
@@ -161,9 +192,14 @@ def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts,
     app.state.tokenize = TokenizeService(chat, facts.max_context_length, clean_up)
 
 
-def _middleware(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> None:
+def _middleware(
+    app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics, admission: Admission
+) -> None:
     """Outermost last: request ids and logs see everything, CORS answers preflights before
-    the API key is asked for."""
+    the API key is asked for, and only authorized requests take admission slots."""
+    app.add_middleware(
+        AdmissionMiddleware, admission=admission, metrics=metrics, routes=GENERATION_ROUTES
+    )
     if config.api_keys:
         app.add_middleware(ApiKeyMiddleware, keys=config.api_keys)
     if config.cors.allowed_origins:

@@ -60,6 +60,39 @@ class GatewayMetrics:
             "mmgate_generation_tokens", "output tokens received", registry=r
         )
 
+        self.worker_requests = Counter(
+            "mmgate_worker_requests", "requests routed to each worker", ["worker"], registry=r
+        )
+        self.routing = Counter(
+            "mmgate_routing_decisions",
+            "routing decisions by policy and outcome (balanced, cache_hit, cache_miss, imbalanced)",
+            ["policy", "outcome"],
+            registry=r,
+        )
+        self.cache_matched_tokens = Histogram(
+            "mmgate_cache_aware_matched_tokens",
+            "prompt prefix (tokens) the chosen worker had seen, on cache-aware hits",
+            buckets=(16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+            registry=r,
+        )
+        self.retries = Counter(
+            "mmgate_retries",
+            "requests retried on another worker before their first token",
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "mmgate_queue_wait_seconds",
+            "time generation requests waited for admission",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rejected = Counter(
+            "mmgate_rejected_requests",
+            "requests refused by admission control (queue_full: 429, timeout: 503)",
+            ["reason"],
+            registry=r,
+        )
+
     def watch(self, collector: Collector) -> None:
         self.registry.register(collector)
 

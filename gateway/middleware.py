@@ -14,8 +14,10 @@ from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import error_body
+from gateway.admission import Admission
+from gateway.errors import GatewayError, error_body
 from gateway.metrics import GatewayMetrics
+from gateway.pool import lease_scope
 from gateway.request_log import bind_request_id, current_request_id, unbind_request_id
 
 access_log = logging.getLogger("mmgate.access")
@@ -74,7 +76,8 @@ def _log_access(scope: Scope, status: int, elapsed: float) -> None:
 
 
 class ApiKeyMiddleware:
-    """`Authorization: Bearer <key>` on /v1/* (as vLLM's --api-key); other routes stay open."""
+    """`Authorization: Bearer <key>` on /v1/* (as vLLM's --api-key) and /admin/*; health,
+    metrics, version and (as in vLLM) /tokenize and /detokenize stay open."""
 
     def __init__(self, app: ASGIApp, keys: Collection[str]) -> None:
         self.app = app
@@ -84,24 +87,13 @@ class ApiKeyMiddleware:
         if (
             scope["type"] != "http"
             or scope["method"] == "OPTIONS"
-            or not scope["path"].startswith("/v1")
+            or not scope["path"].startswith(("/v1", "/admin"))
             or self._authorized(_header(scope, b"authorization"))
         ):
             await self.app(scope, receive, send)
             return
-        body = json.dumps(error_body("invalid or missing API key", 401)).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        body = error_body("invalid or missing API key", 401)
+        await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
 
     def _authorized(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
@@ -109,6 +101,52 @@ class ApiKeyMiddleware:
         given = header.removeprefix("Bearer ").strip().encode()
         # compare with every key, always, so timing tells nothing about which one nearly matched
         return sum(hmac.compare_digest(given, key) for key in self.keys) > 0
+
+
+class AdmissionMiddleware:
+    """Generation routes hold an admission slot for their whole life (to the last byte of a
+    stream) and count as assigned to the workers they were routed to until then."""
+
+    def __init__(
+        self, app: ASGIApp, admission: Admission, metrics: GatewayMetrics, routes: Collection[str]
+    ) -> None:
+        self.app, self.admission, self.metrics = app, admission, metrics
+        self.routes = frozenset(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.routes:
+            await self.app(scope, receive, send)
+            return
+        try:
+            waited = await self.admission.enter()
+        except GatewayError as error:
+            self.metrics.rejected.labels("queue_full" if error.status == 429 else "timeout").inc()
+            await send_json(send, error.status, error_body(error.message, error.status))
+            return
+        self.metrics.queue_wait.observe(waited)
+        try:
+            async with lease_scope():
+                await self.app(scope, receive, send)
+        finally:
+            self.admission.leave()
+
+
+async def send_json(
+    send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()
+) -> None:
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -1,53 +1,239 @@
-"""The workers behind the gateway: round-robin over the healthy ones, checked periodically.
+"""The workers behind the gateway: routing, health, circuit breakers, retries, membership.
 
-The minimum the gateway needs; routing policies, failover and admission are their own work.
+Workers come from `--worker` URLs, from DNS names re-resolved periodically (every address is a
+worker, so a Kubernetes headless service can be followed), and from the admin endpoint. A worker
+being removed stops getting new requests and is dropped once its requests have finished.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextvars
 import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from gateway.errors import GatewayError
-from gateway.metrics import GaugesFrom
-from gateway.worker import Worker, WorkerFacts
+from gateway.metrics import GatewayMetrics, GaugesFrom
+from gateway.routing import Router
+from gateway.worker import Worker, WorkerFacts, parse_address
+from gateway.worker_health import STATE_VALUES, CircuitBreaker, HealthGate
 
 log = logging.getLogger("mmgate.gateway")
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+_leases: contextvars.ContextVar[list[Worker] | None] = contextvars.ContextVar(
+    "mmgate_leases", default=None
+)
+
+
+@dataclass
+class PoolOptions:
+    policy: str = "round_robin"
+    health_interval: float = 5.0
+    health_fall: int = 3
+    health_rise: int = 2
+    breaker_failures: int = 5
+    breaker_cooldown: float = 30.0
+    retries: int = 2
+    drain_timeout: float = 600.0
+    dns_interval: float = 10.0
+    balance_threshold: int = 8
+    cache_threshold: float = 0.5
+
+
+@asynccontextmanager
+async def lease_scope() -> AsyncIterator[None]:
+    """Workers picked inside count the request as assigned to them until the scope ends
+    (for a streamed response: its last byte)."""
+    token = _leases.set([])
+    try:
+        yield
+    finally:
+        for worker in _leases.get() or ():
+            worker.assigned -= 1
+        _leases.reset(token)
+
+
+async def resolve_all(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({info[4][0] for info in infos})
 
 
 class WorkerPool:
-    def __init__(self, urls: list[str], health_interval: float = 5.0) -> None:
-        if not urls:
-            raise ValueError("at least one --worker is required")
-        self.workers = [Worker(url) for url in urls]
-        self._turn = itertools.count()
-        self._interval = health_interval
-        self._task: asyncio.Task | None = None
+    def __init__(
+        self,
+        urls: Sequence[str],
+        options: PoolOptions | None = None,
+        dns_names: Sequence[str] = (),
+        metrics: GatewayMetrics | None = None,
+        resolver: Resolver = resolve_all,
+    ) -> None:
+        if not urls and not dns_names:
+            raise ValueError("at least one --worker or --worker-dns is required")
+        self.options = options or PoolOptions()
+        self.router = Router(
+            self.options.policy, self.options.balance_threshold, self.options.cache_threshold
+        )
+        self.metrics = metrics or GatewayMetrics()
+        self.workers: dict[str, Worker] = {}
+        for url in urls:
+            self._new_worker(url)
+        self.dns_names = list(dns_names)
+        self._dns_members: dict[str, set[str]] = {name: set() for name in self.dns_names}
+        self._resolve = resolver
+        self._tasks: list[asyncio.Task] = []
+
+    def _new_worker(self, url: str) -> Worker:
+        o = self.options
+        worker = Worker(
+            url,
+            HealthGate(o.health_fall, o.health_rise),
+            CircuitBreaker(o.breaker_failures, o.breaker_cooldown),
+        )
+        self.workers[url] = worker
+        return worker
+
+    # ---- lifecycle ----
 
     async def start(self) -> WorkerFacts:
         """Connect to every worker; the first one that answers describes the model."""
-        facts = None
-        for worker in self.workers:
-            try:
-                found = await worker.connect()
-                facts = facts or found
-            except Exception as error:  # noqa: BLE001 - a down worker is retried by health checks
-                log.warning("worker %s not reachable at start: %s", worker.url, error)
+        await self._resolve_dns()
+        await asyncio.gather(*(self._connect(w) for w in list(self.workers.values())))
+        facts = next((w.facts for w in self.workers.values() if w.facts), None)
         if facts is None:
-            raise RuntimeError("no worker answered GetModelInfo; is any --worker running?")
-        self._task = asyncio.create_task(self._check_forever())
+            raise RuntimeError("no worker answered GetModelInfo; is any worker running?")
+        self._tasks.append(asyncio.create_task(self._check_forever()))
+        if self.dns_names:
+            self._tasks.append(asyncio.create_task(self._resolve_forever()))
         return facts
 
-    def pick(self) -> Worker:
-        healthy = [w for w in self.workers if w.healthy and w.facts is not None]
-        if not healthy:
+    async def _connect(self, worker: Worker) -> None:
+        try:
+            await worker.connect()
+        except Exception as error:  # noqa: BLE001 - a down worker is retried by health checks
+            log.warning("worker %s not reachable: %s", worker.url, error)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*(w.close() for w in self.workers.values()))
+
+    # ---- routing ----
+
+    def pick(
+        self,
+        prompt_ids: Sequence[int] = (),
+        exclude: Sequence[Worker] = (),
+        like: Worker | None = None,
+    ) -> Worker:
+        candidates = [w for w in self.workers.values() if w.eligible and w not in exclude]
+        if like is not None:  # a retry: the request was prepared for `like`'s facts
+            candidates = [w for w in candidates if _compatible(w.facts, like.facts)]
+        if not candidates:
             raise GatewayError("no healthy engine worker is available; try again later", 503)
-        return healthy[next(self._turn) % len(healthy)]
+        decision = self.router.choose(candidates, prompt_ids)
+        worker = decision.worker
+        self.metrics.routing.labels(self.router.policy, decision.outcome).inc()
+        if decision.outcome == "cache_hit":
+            self.metrics.cache_matched_tokens.observe(decision.matched_tokens)
+        self.metrics.worker_requests.labels(worker.url).inc()
+        worker.requests += 1
+        if (leases := _leases.get()) is not None:
+            worker.assigned += 1
+            leases.append(worker)
+        return worker
+
+    def reroute(self, failed: Sequence[Worker], prompt_ids: Sequence[int]) -> Worker | None:
+        """Another worker for a request whose call failed before its first token, if any."""
+        if len(failed) > self.options.retries:
+            return None
+        try:
+            worker = self.pick(prompt_ids, exclude=failed, like=failed[-1])
+        except GatewayError:
+            return None
+        self.metrics.retries.inc()
+        log.warning("retrying on %s after %s failed", worker.url, failed[-1].url)
+        return worker
+
+    def any_healthy(self) -> bool:
+        return any(w.eligible for w in self.workers.values())
+
+    # ---- membership ----
+
+    async def add(self, url: str) -> Worker:
+        parse_address(url)
+        worker = self.workers.get(url)
+        if worker is not None:
+            worker.draining = False
+            return worker
+        worker = self._new_worker(url)
+        log.info("worker %s added", url)
+        await self._connect(worker)
+        return worker
+
+    def remove(self, url: str) -> Worker:
+        """Stop routing to `url`; it is dropped once its requests have finished."""
+        worker = self.workers.get(url)
+        if worker is None:
+            raise KeyError(url)
+        if not worker.draining:
+            worker.draining = True
+            log.info("worker %s draining (%d requests)", url, worker.assigned)
+            self._tasks.append(asyncio.create_task(self._drop_when_drained(worker)))
+        return worker
+
+    async def _drop_when_drained(self, worker: Worker) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.drain_timeout
+        while (worker.assigned or worker.in_flight) and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        if not worker.draining:  # added back meanwhile
+            return
+        self.workers.pop(worker.url, None)
+        self.router.prefixes.forget(worker.url)
+        await worker.close()
+        log.info("worker %s removed", worker.url)
+
+    async def _resolve_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.dns_interval)
+            await self._resolve_dns()
+
+    async def _resolve_dns(self) -> None:
+        for name in self.dns_names:
+            host, port = _host_port(name)
+            try:
+                found = {_url(ip, port) for ip in await self._resolve(host, port)}
+            except OSError as error:
+                log.warning("resolving %s failed: %s; keeping its workers", name, error)
+                continue
+            for url in sorted(found - self._dns_members[name]):
+                await self.add(url)
+            for url in sorted(self._dns_members[name] - found):
+                if url in self.workers:
+                    self.remove(url)
+            self._dns_members[name] = found
+
+    # ---- health ----
+
+    async def _check_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.health_interval)
+            await asyncio.gather(*(self._check(w) for w in list(self.workers.values())))
+
+    async def _check(self, worker: Worker) -> None:
+        if worker.facts is None:
+            await self._connect(worker)
+            return
+        await worker.check_health()
+
+    # ---- model files and metrics ----
 
     async def tokenizer_bundle(self) -> tuple[bytes, str]:
         """The model files from the first worker that sends them (see model_files)."""
-        for worker in self.workers:
+        for worker in self.workers.values():
             if worker.facts is None:
                 continue
             try:
@@ -56,38 +242,61 @@ class WorkerPool:
                 log.warning("worker %s sent no tokenizer bundle: %s", worker.url, error)
         raise RuntimeError("no worker sent its tokenizer bundle (GetTokenizer)")
 
-    def any_healthy(self) -> bool:
-        return any(w.healthy for w in self.workers)
-
     def collector(self) -> GaugesFrom:
         """Per-worker gauges for /metrics, read from the workers at scrape time."""
+        gauges = {
+            "mmgate_worker_healthy": ("1 if the worker passes health checks", _healthy),
+            "mmgate_worker_requests_in_flight": ("gRPC calls open on it", _in_flight),
+            "mmgate_worker_assigned_requests": ("gateway requests routed to it", _assigned),
+            "mmgate_worker_circuit_state": ("0 closed, 1 half-open, 2 open", _circuit),
+            "mmgate_worker_draining": ("1 while being removed", _draining),
+        }
         return GaugesFrom(
-            [
-                ("mmgate_worker_healthy", "1 if the worker passes health checks", ["worker"]),
-                ("mmgate_worker_requests_in_flight", "calls open on the worker", ["worker"]),
-            ],
+            [(name, doc, ["worker"]) for name, (doc, _) in gauges.items()],
             lambda: {
-                "mmgate_worker_healthy": [([w.url], float(w.healthy)) for w in self.workers],
-                "mmgate_worker_requests_in_flight": [
-                    ([w.url], float(w.in_flight)) for w in self.workers
-                ],
+                name: [([w.url], read(w)) for w in self.workers.values()]
+                for name, (_, read) in gauges.items()
             },
         )
 
-    async def _check_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            await asyncio.gather(*(self._check(w) for w in self.workers))
 
-    async def _check(self, worker: Worker) -> None:
-        if worker.facts is None:
-            try:
-                await worker.connect()
-            except Exception:  # noqa: BLE001
-                return
-        await worker.check_health()
+def _healthy(w: Worker) -> float:
+    return float(w.healthy)
 
-    async def close(self) -> None:
-        if self._task:
-            self._task.cancel()
-        await asyncio.gather(*(w.close() for w in self.workers))
+
+def _in_flight(w: Worker) -> float:
+    return float(w.in_flight)
+
+
+def _assigned(w: Worker) -> float:
+    return float(w.assigned)
+
+
+def _circuit(w: Worker) -> float:
+    return STATE_VALUES[w.breaker.state]
+
+
+def _draining(w: Worker) -> float:
+    return float(w.draining)
+
+
+def _compatible(a: WorkerFacts | None, b: WorkerFacts | None) -> bool:
+    return (
+        a is not None
+        and b is not None
+        and (a.pixels, a.max_context_length)
+        == (
+            b.pixels,
+            b.max_context_length,
+        )
+    )
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    address = parse_address(url)
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _url(ip: str, port: int) -> str:
+    return f"grpc://[{ip}]:{port}" if ":" in ip else f"grpc://{ip}:{port}"

@@ -6,6 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
+from gateway.app import AdmissionConfig
+from gateway.pool import PoolOptions
+
 DESCRIPTION = """\
 OpenAI-compatible HTTP server that renders chat templates, tokenizes, fetches and preprocesses
 images itself, and streams generations from VllmEngine gRPC workers (`mmgate engine`, or
@@ -26,9 +29,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--worker",
         action="append",
-        required=True,
+        default=[],
         metavar="grpc://HOST:PORT",
-        help="an engine worker; repeat for several (round-robin)",
+        help="an engine worker; repeat for several",
+    )
+    p.add_argument(
+        "--worker-dns",
+        action="append",
+        default=[],
+        metavar="grpc://NAME:PORT",
+        help="a DNS name whose every address is a worker, re-resolved every --dns-interval "
+        "seconds (e.g. a Kubernetes headless service); repeatable",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
@@ -62,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-methods", nargs="*", default=["*"], help="CORS methods")
     p.add_argument("--allowed-headers", nargs="*", default=["*"], help="CORS request headers")
     p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    _pool_arguments(p)
     p.add_argument(
         "--log-format",
         choices=["text", "json"],
@@ -69,6 +81,69 @@ def build_parser() -> argparse.ArgumentParser:
         help="text (key=value fields) or one JSON object per line; both carry request ids",
     )
     return p
+
+
+def _pool_arguments(p: argparse.ArgumentParser) -> None:
+    from gateway.routing import POLICIES
+
+    g = p.add_argument_group("workers: routing, health and admission")
+    d = PoolOptions()
+    g.add_argument("--policy", choices=POLICIES, default=d.policy, help="routing policy")
+    g.add_argument(
+        "--balance-threshold",
+        type=int,
+        default=d.balance_threshold,
+        help="cache_aware balances load instead once workers' request counts differ by more "
+        "(default: %(default)s)",
+    )
+    g.add_argument(
+        "--cache-threshold",
+        type=float,
+        default=d.cache_threshold,
+        help="cache_aware follows a prefix match covering at least this share of the prompt",
+    )
+    g.add_argument("--health-interval", type=float, default=d.health_interval, help="seconds")
+    g.add_argument(
+        "--health-fall", type=int, default=d.health_fall, help="failed checks to remove a worker"
+    )
+    g.add_argument(
+        "--health-rise", type=int, default=d.health_rise, help="passed checks to bring it back"
+    )
+    g.add_argument(
+        "--breaker-failures",
+        type=int,
+        default=d.breaker_failures,
+        help="consecutive failed calls that open a worker's circuit",
+    )
+    g.add_argument(
+        "--breaker-cooldown", type=float, default=d.breaker_cooldown, help="seconds it stays open"
+    )
+    g.add_argument(
+        "--retries",
+        type=int,
+        default=d.retries,
+        help="other workers to try when a call fails before its first token",
+    )
+    g.add_argument("--dns-interval", type=float, default=d.dns_interval, help="seconds")
+    a = AdmissionConfig()
+    g.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=a.max_in_flight,
+        help="generation requests worked on at once (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-queue",
+        type=int,
+        default=a.max_queue,
+        help="requests waiting beyond that; more get 429 (default: %(default)s)",
+    )
+    g.add_argument(
+        "--queue-timeout",
+        type=float,
+        default=a.queue_timeout,
+        help="seconds a request may wait; then 503 (default: %(default)s)",
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -79,7 +154,10 @@ def main(argv: list[str]) -> int:
     from gateway.request_log import configure_logging
     from multimodal.media import MediaPolicy
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.worker and not args.worker_dns:
+        parser.error("give at least one --worker or --worker-dns")
     env_key = os.environ.get("VLLM_API_KEY")
     policy = MediaPolicy(
         allowed_domains=tuple(args.allowed_media_domains) if args.allowed_media_domains else None,
@@ -99,6 +177,20 @@ def main(argv: list[str]) -> int:
             allowed_headers=args.allowed_headers,
             allow_credentials=args.allow_credentials,
         ),
+        worker_dns=args.worker_dns,
+        pool=PoolOptions(
+            policy=args.policy,
+            health_interval=args.health_interval,
+            health_fall=args.health_fall,
+            health_rise=args.health_rise,
+            breaker_failures=args.breaker_failures,
+            breaker_cooldown=args.breaker_cooldown,
+            retries=args.retries,
+            dns_interval=args.dns_interval,
+            balance_threshold=args.balance_threshold,
+            cache_threshold=args.cache_threshold,
+        ),
+        admission=AdmissionConfig(args.max_in_flight, args.max_queue, args.queue_timeout),
     )
     configure_logging(args.log_format)
     uvicorn.run(

@@ -13,7 +13,7 @@ import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
 from tokenizers import Tokenizer
 
-from gateway.chat import ChatRenderer, ChatRequestError
+from gateway.chat import ChatRenderer, ChatRequestError, RenderedChat
 from gateway.detokenizer import added_tokens
 from gateway.errors import GatewayError, check_model, error_body, parse_body
 from gateway.logprobs import TokenTexts, chat_content, chat_logprobs
@@ -66,9 +66,10 @@ class ChatService:
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(ChatCompletionRequest, body)
         check_model(request.model, self.model_name)
-        worker = self.pool.pick()
+        rendered = self._render(request)
+        worker = self.pool.pick(rendered.token_ids)
         facts = worker.facts
-        prompt = await self.prompt(request, facts.pixels)
+        prompt = await self._expand(request, facts.pixels, rendered)
         if prompt.mm_inputs is not None and not facts.supports_vision:
             raise GatewayError("the engine worker does not accept images", 400, "messages")
         if prompt.mm_inputs is not None:
@@ -89,6 +90,9 @@ class ChatService:
 
     async def prompt(self, request: ChatPromptFields, pixels: PixelEncoding) -> Prompt:
         """Rendered, tokenized and (with images) preprocessed for an engine taking `pixels`."""
+        return await self._expand(request, pixels, self._render(request))
+
+    def _render(self, request: ChatPromptFields) -> RenderedChat:
         if request.chat_template is not None:
             raise GatewayError(UNTRUSTED_TEMPLATE, 400, "chat_template")
         try:
@@ -103,6 +107,11 @@ class ChatService:
             )
         except ChatRequestError as error:
             raise GatewayError(str(error), 400, "messages") from error
+        return rendered
+
+    async def _expand(
+        self, request: ChatPromptFields, pixels: PixelEncoding, rendered: RenderedChat
+    ) -> Prompt:
         if not rendered.image_urls:
             return Prompt(rendered.token_ids, rendered.prompt, None)
         return await self._with_images(request, pixels, rendered)
@@ -167,7 +176,13 @@ class _Run:
     ) -> None:
         self.service, self.request = service, request
         self.generation = Generation(
-            request, worker, generate, service.tokenizer, service.added, metrics=service.metrics
+            request,
+            worker,
+            generate,
+            service.tokenizer,
+            service.added,
+            metrics=service.metrics,
+            reroute=lambda failed: service.pool.reroute(failed, prompt_ids),
         )
         self.choices = self.generation.choices
         self.usage = self.generation.usage

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -44,9 +45,9 @@ class CompletionService:
             raise GatewayError("suffix is not supported", 400, "suffix")
         if request.echo and request.logprobs is not None:
             raise GatewayError("echo with logprobs is not supported", 400, "echo")
-        worker = self.pool.pick()
         request_id = f"cmpl-{engine_request_id(request.request_id)}"
         prompts = self._prompts(request)
+        worker = self.pool.pick(prompts[0][0])
         runs = [
             Generation(
                 request,
@@ -56,6 +57,7 @@ class CompletionService:
                 self.added,
                 first_index=i * request.n,
                 metrics=self.metrics,
+                reroute=functools.partial(self.pool.reroute, prompt_ids=ids),
             )
             for i, (ids, _text) in enumerate(prompts)
         ]

@@ -9,7 +9,8 @@ leaves such a token out of the text.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import grpc
@@ -20,7 +21,7 @@ from gateway.errors import GatewayError, from_grpc
 from gateway.logprobs import Position
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import SamplingFields
-from gateway.worker import Worker
+from gateway.worker import WORKER_FAULTS, Worker
 from protos import vllm_engine_pb2 as pb
 
 
@@ -111,6 +112,7 @@ class Generation:
         added: Mapping[int, str],
         first_index: int = 0,
         metrics: GatewayMetrics | None = None,
+        reroute: Callable[[list[Worker]], Worker | None] | None = None,
     ) -> None:
         options = TextOptions(
             skip_special_tokens=request.skip_special_tokens,
@@ -133,26 +135,33 @@ class Generation:
         self.usage = Usage(prompt_tokens=len(prompt_ids))
         self.worker, self.generate = worker, generate
         self.metrics = metrics
+        self.reroute = reroute
         self._sent_at = self._first_token_at = 0.0
 
     async def responses(self) -> AsyncIterator[tuple[Choice, bool]]:
-        """(choice, finished) after each message from the worker."""
+        """(choice, finished) after each message from the worker. A call that fails for the
+        worker's fault before any message is retried on another worker, if the pool has one."""
         self._sent_at = time.perf_counter()
-        try:
-            async for response in self.worker.generate(self.generate):
-                if response.HasField("chunk"):
-                    if not self._first_token_at and response.chunk.token_ids:
-                        self._first_token_at = time.perf_counter()
-                    self.usage.cached_tokens = response.chunk.cached_tokens
-                    choice = self._choice(response.chunk.index)
-                    choice.on_chunk(response.chunk)
-                    yield choice, False
-                elif response.HasField("complete"):
-                    choice = self._choice(response.complete.index)
-                    choice.on_complete(response.complete)
-                    yield choice, True
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc(error) from None
+        failed: list[Worker] = []
+        while True:
+            received = False
+            try:
+                # aclosing: a consumer that stops (client gone) cancels the call at once
+                async with aclosing(self.worker.generate(self.generate)) as stream:
+                    async for response in stream:
+                        received = True
+                        for item in self._on_response(response):
+                            yield item
+            except grpc.aio.AioRpcError as error:
+                self.worker.record_call(error)
+                failed.append(self.worker)
+                retry = not received and error.code() in WORKER_FAULTS and self.reroute
+                if retry and (other := self.reroute(failed)) is not None:
+                    self.worker = other
+                    continue
+                raise from_grpc(error) from None
+            self.worker.record_call(None)
+            break
         if unfinished := [c.index for c in self.choices if c.finish_reason is None]:
             raise GatewayError(
                 f"the engine worker ended the stream before finishing choice {unfinished[0]}",
@@ -160,6 +169,20 @@ class Generation:
             )
         self.usage.completion_tokens = sum(c.generated for c in self.choices)
         self._observe()
+
+    def _on_response(self, response: pb.GenerateResponse) -> list[tuple[Choice, bool]]:
+        if response.HasField("chunk"):
+            if not self._first_token_at and response.chunk.token_ids:
+                self._first_token_at = time.perf_counter()
+            self.usage.cached_tokens = response.chunk.cached_tokens
+            choice = self._choice(response.chunk.index)
+            choice.on_chunk(response.chunk)
+            return [(choice, False)]
+        if response.HasField("complete"):
+            choice = self._choice(response.complete.index)
+            choice.on_complete(response.complete)
+            return [(choice, True)]
+        return []
 
     def _choice(self, index: int) -> Choice:
         if not 0 <= index < len(self.choices):

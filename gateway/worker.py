@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from gateway.worker_health import CircuitBreaker, HealthGate
 from multimodal.pipeline import PixelEncoding
 from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
@@ -59,15 +60,44 @@ def parse_address(url: str) -> str:
     return address
 
 
+# gRPC codes that say the worker (not the request) is at fault: they count against its
+# circuit breaker, and before the first token the request is retried on another worker.
+WORKER_FAULTS = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+
+
 class Worker:
-    def __init__(self, url: str) -> None:
+    def __init__(
+        self, url: str, health: HealthGate | None = None, breaker: CircuitBreaker | None = None
+    ) -> None:
         self.url = url
         self.address = parse_address(url)
         self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.VllmEngineStub(self._channel)
         self.facts: WorkerFacts | None = None
-        self.healthy = False
-        self.in_flight = 0
+        self.health = health or HealthGate()
+        self.breaker = breaker or CircuitBreaker()
+        self.in_flight = 0  # gRPC calls open on it
+        self.assigned = 0  # gateway requests routed to it and not finished
+        self.draining = False
+        self.requests = 0
+
+    @property
+    def healthy(self) -> bool:
+        return self.health.healthy
+
+    @property
+    def eligible(self) -> bool:
+        return (
+            self.healthy and self.facts is not None and not self.draining and self.breaker.allows()
+        )
 
     async def connect(self, timeout: float = 10.0) -> WorkerFacts:
         model = await self.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=timeout)
@@ -87,17 +117,26 @@ class Worker:
             sampling_defaults=json.loads(defaults) if defaults else {},
             mm_item_limits=parse_item_limits(server.mm_item_limits),
         )
-        self.healthy = True
+        self.health.force(True)
         return self.facts
 
     async def check_health(self, timeout: float = 5.0) -> bool:
         try:
             reply = await self.stub.HealthCheck(pb.HealthCheckRequest(), timeout=timeout)
-            self.healthy = reply.healthy
+            passed, why = reply.healthy, reply.message or "reported unhealthy"
         except grpc.aio.AioRpcError as error:
-            log.warning("worker %s health check failed: %s", self.url, error.code().name)
-            self.healthy = False
+            passed, why = False, error.code().name
+        if self.health.record(passed):
+            state = "healthy again" if passed else f"unhealthy ({why})"
+            log.warning("worker %s is %s", self.url, state)
         return self.healthy
+
+    def record_call(self, error: grpc.aio.AioRpcError | None) -> None:
+        """A finished call's outcome for the circuit breaker; request errors do not count."""
+        if error is None:
+            self.breaker.record(True)
+        elif error.code() in WORKER_FAULTS:
+            self.breaker.record(False)
 
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
         """Stream the worker's responses; a caller that stops iterating cancels the call,
@@ -114,9 +153,14 @@ class Worker:
     async def embed(self, request: pb.EmbedRequest, timeout: float = 300.0) -> pb.EmbedResponse:
         self.in_flight += 1
         try:
-            return await self.stub.Embed(request, timeout=timeout)
+            reply = await self.stub.Embed(request, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            self.record_call(error)
+            raise
         finally:
             self.in_flight -= 1
+        self.record_call(None)
+        return reply
 
     async def tokenizer_bundle(self, timeout: float = 60.0) -> tuple[bytes, str]:
         """The worker's tokenizer files as a zip, and the sha256 it sent with the last chunk."""

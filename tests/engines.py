@@ -63,9 +63,16 @@ def engine_cli_args(kwargs: dict[str, Any]) -> list[str]:
 class WorkerProcess:
     """`mmgate engine` in a subprocess; ready once HealthCheck answers healthy."""
 
-    def __init__(self, model: Path, log_path: Path, **extra: Any) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+    def __init__(
+        self,
+        model: Path,
+        log_path: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        **extra: Any,
+    ) -> None:
+        self.host, self.port = host, port or free_port()
+        self.address = f"{host}:{self.port}"
         self.log_path = log_path
         args = engine_cli_args({"model": str(model), **ENGINE_KWARGS, **extra})
         cmd = self.command(args)
@@ -75,7 +82,8 @@ class WorkerProcess:
         )
 
     def command(self, args: list[str]) -> list[str]:
-        return [sys.executable, "-m", "gateway.cli", "engine", "--port", str(self.port), *args]
+        bind = ["--host", self.host, "--port", str(self.port)]
+        return [sys.executable, "-m", "gateway.cli", "engine", *bind, *args]
 
     def is_ready(self) -> bool:
         return self.stub().HealthCheck(pb.HealthCheckRequest(), timeout=2).healthy

@@ -1,0 +1,67 @@
+"""/admin/workers: see, add and remove engine workers at runtime.
+
+GET lists every worker with its state; POST {"url": "grpc://HOST:PORT"} adds one (it gets
+traffic once it answers); DELETE {"url": ...} stops routing to it and drops it once its requests
+have finished. Guarded by the API key when one is set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from gateway.errors import GatewayError, parse_body
+from gateway.worker import Worker
+
+
+class WorkerRef(BaseModel):
+    url: str
+
+
+def describe(worker: Worker) -> dict[str, Any]:
+    return {
+        "url": worker.url,
+        "healthy": worker.healthy,
+        "eligible": worker.eligible,
+        "connected": worker.facts is not None,
+        "draining": worker.draining,
+        "circuit": worker.breaker.state,
+        "assigned_requests": worker.assigned,
+        "calls_in_flight": worker.in_flight,
+        "requests_total": worker.requests,
+    }
+
+
+def admin_routes() -> APIRouter:
+    router = APIRouter(prefix="/admin")
+
+    @router.get("/workers")
+    async def list_workers(request: Request) -> dict:
+        pool = request.app.state.pool
+        return {
+            "policy": pool.router.policy,
+            "workers": [describe(w) for w in pool.workers.values()],
+        }
+
+    @router.post("/workers")
+    async def add_worker(request: Request) -> JSONResponse:
+        ref = parse_body(WorkerRef, await request.json())
+        try:
+            worker = await request.app.state.pool.add(ref.url)
+        except ValueError as error:
+            raise GatewayError(str(error), 400, "url") from None
+        return JSONResponse(describe(worker), 201)
+
+    @router.delete("/workers")
+    async def remove_worker(request: Request) -> JSONResponse:
+        ref = parse_body(WorkerRef, await request.json())
+        try:
+            worker = request.app.state.pool.remove(ref.url)
+        except KeyError:
+            raise GatewayError(f"no worker {ref.url}", 404, "url") from None
+        return JSONResponse(describe(worker), 202)
+
+    return router

@@ -1,0 +1,68 @@
+"""A bound on the generation requests the gateway works on at once, with a bounded FIFO queue.
+
+Beyond `max_in_flight`, requests wait in line; a full line is refused at once with 429, and a
+request that waited `queue_timeout` seconds gets 503. Memory stays bounded by both numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+from gateway.errors import GatewayError
+
+
+class Admission:
+    def __init__(self, max_in_flight: int, max_queue: int, queue_timeout: float) -> None:
+        if max_in_flight < 1 or max_queue < 0:
+            raise ValueError("max_in_flight must be >= 1 and max_queue >= 0")
+        self.max_in_flight, self.max_queue = max_in_flight, max_queue
+        self.queue_timeout = queue_timeout
+        self.in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiters)
+
+    async def enter(self) -> float:
+        """Take a slot (seconds waited), or raise GatewayError 429/503."""
+        if self.in_flight < self.max_in_flight and not self._waiters:
+            self.in_flight += 1
+            return 0.0
+        if len(self._waiters) >= self.max_queue:
+            raise GatewayError(
+                f"the gateway is at capacity ({self.max_in_flight} requests in flight, "
+                f"{self.max_queue} queued); retry later",
+                429,
+            )
+        return await self._wait()
+
+    async def _wait(self) -> float:
+        started = time.perf_counter()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout)
+        except (TimeoutError, asyncio.CancelledError) as error:
+            if waiter.done() and not waiter.cancelled():
+                self.leave()  # the slot arrived as we gave up: pass it on
+            else:
+                waiter.cancel()
+                self._waiters.remove(waiter)
+            if isinstance(error, asyncio.CancelledError):
+                raise
+            raise GatewayError(
+                f"no capacity within {self.queue_timeout:g} s; retry later", 503
+            ) from None
+        return time.perf_counter() - started
+
+    def leave(self) -> None:
+        """Free a slot: handed straight to the first waiter, if any."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # in_flight unchanged: the slot changes hands
+                return
+        self.in_flight -= 1

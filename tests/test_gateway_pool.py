@@ -1,0 +1,271 @@
+"""The worker pool with real workers (our engine on vLLM): cache-aware routing measured by the
+engines' own prefix-cache hits, balancing under overload, runtime membership (admin endpoint and
+DNS), draining, a worker killed mid-load, and admission limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.pool import PoolOptions, WorkerPool
+from protos import vllm_engine_pb2 as pb
+from tests.conftest import _worker
+from tests.gateway_process import GatewayProcess
+
+
+@pytest.fixture(scope="module")
+def worker_b(text_model, text_worker, tmp_path_factory):
+    """A second worker, on 127.0.0.2 and the same port as text_worker (two DNS addresses)."""
+    yield from _worker(
+        text_model, tmp_path_factory, "worker-b", host="127.0.0.2", port=text_worker.port
+    )
+
+
+def start_gateway(model: Path, workers: list[str], log_dir: Path, *extra: str) -> GatewayProcess:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return GatewayProcess(model, workers, log_dir / "gateway.log", *extra).wait_ready()
+
+
+def system_prompt(topic: str) -> str:
+    return f"You are an expert on {topic}. " + " ".join(f"{topic}-fact-{i}." for i in range(25))
+
+
+def chat(gateway: GatewayProcess, system: str, question: str, **extra) -> dict:
+    body = {
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+        ],
+        "max_tokens": 1,
+        **extra,
+    }
+    reply = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def workers_state(gateway: GatewayProcess) -> dict[str, dict]:
+    listing = httpx.get(f"{gateway.base_url}/admin/workers", timeout=10).json()
+    return {w["url"]: w for w in listing["workers"]}
+
+
+def cache_hit_rate(gateway: GatewayProcess, topics: list[str]) -> float:
+    """Share of repeat requests (same system prompt) whose prefix the engine had cached."""
+    hits = repeats = 0
+    for round_ in range(3):
+        for topic in topics:
+            usage = chat(gateway, system_prompt(topic), f"question {round_}?")["usage"]
+            if round_:
+                repeats += 1
+                hits += usage["prompt_tokens_details"]["cached_tokens"] >= 256
+    return hits / repeats
+
+
+def test_cache_aware_routing_hits_the_engines_prefix_cache(
+    text_model, text_worker, worker_b, tmp_path
+):
+    workers = [text_worker.address, worker_b.address]
+    results = {}
+    for policy in ("cache_aware", "round_robin"):
+        gateway = start_gateway(text_model, workers, tmp_path / policy, "--policy", policy)
+        try:
+            topics = [f"{policy}-{name}" for name in ("tides", "ferns", "gears")]
+            results[policy] = cache_hit_rate(gateway, topics)
+        finally:
+            gateway.stop()
+    assert results["cache_aware"] == 1.0, results
+    assert results["round_robin"] < 0.8, results  # the same requests, spread without regard
+
+
+class Stream:
+    """A long streamed chat request in a thread: started, first token seen, then its end."""
+
+    def __init__(self, gateway: GatewayProcess, system: str = "", max_tokens: int = 900) -> None:
+        self.body = {
+            "messages": [
+                {"role": "system", "content": system or "You talk a lot."},
+                {"role": "user", "content": "Go on."},
+            ],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        self.url = f"{gateway.base_url}/v1/chat/completions"
+        self.started = threading.Event()
+        self.events: list[str] = []
+        self.status = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with httpx.stream("POST", self.url, json=self.body, timeout=120) as reply:
+            self.status = reply.status_code
+            for line in reply.iter_lines():
+                if line.startswith("data: "):
+                    self.events.append(line[6:])
+                    if '"content": "' in line and '"content": ""' not in line:
+                        self.started.set()
+                if self.stop.is_set():
+                    break
+        self.started.set()
+
+    def finish(self, timeout: float = 60) -> str:
+        """'done' (finish_reason seen), 'error' (an error event) or 'cut' (closed by us)."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the stream hung"
+        if any('"error"' in e for e in self.events):
+            return "error"
+        if any('"finish_reason": "length"' in e for e in self.events):
+            assert self.events[-1] == "[DONE]"
+            return "done"
+        return "cut"
+
+
+def test_cache_aware_balances_an_overloaded_worker(text_model, text_worker, worker_b, tmp_path):
+    workers = [text_worker.address, worker_b.address]
+    gateway = start_gateway(
+        text_model, workers, tmp_path, "--policy", "cache_aware", "--balance-threshold", "1"
+    )
+    try:
+        system = system_prompt("hot-prefix")
+        chat(gateway, system, "warm up")
+        streams = []
+        for _ in range(4):  # all share the prefix; started one after the other
+            streams.append(Stream(gateway, system))
+            assert streams[-1].started.wait(60)
+        assigned = {url: w["assigned_requests"] for url, w in workers_state(gateway).items()}
+        for stream in streams:
+            stream.stop.set()
+        assert sorted(assigned.values()) == [2, 2], assigned  # not 4 on the prefix's home
+    finally:
+        gateway.stop()
+
+
+def test_workers_added_and_drained_at_runtime(text_model, text_worker, worker_b, tmp_path):
+    gateway = start_gateway(text_model, [text_worker.address], tmp_path)
+    b_url = f"grpc://{worker_b.address}"
+    try:
+        added = httpx.post(f"{gateway.base_url}/admin/workers", json={"url": b_url}, timeout=30)
+        assert added.status_code == 201 and added.json()["connected"]
+        for i in range(4):
+            chat(gateway, "s", f"q{i}")
+        assert workers_state(gateway)[b_url]["requests_total"] == 2  # round robin reaches it
+        streams = [Stream(gateway, max_tokens=400) for _ in range(2)]  # one on each worker
+        for stream in streams:
+            assert stream.started.wait(60)
+        assert workers_state(gateway)[b_url]["assigned_requests"] == 1
+        removed = httpx.request(
+            "DELETE", f"{gateway.base_url}/admin/workers", json={"url": b_url}, timeout=10
+        )
+        assert removed.status_code == 202 and removed.json()["draining"]
+        for i in range(3):
+            chat(gateway, "s", f"after {i}")
+        state = workers_state(gateway)
+        assert state[b_url]["requests_total"] == 3 and state[b_url]["draining"]
+        assert [s.finish() for s in streams] == ["done", "done"]  # the drained one finished
+        deadline = time.monotonic() + 5
+        while b_url in workers_state(gateway) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert b_url not in workers_state(gateway)
+    finally:
+        gateway.stop()
+
+
+def test_dns_names_are_followed(text_worker, worker_b):
+    """A name whose addresses change: new ones join and get traffic, vanished ones drain."""
+    addresses = ["127.0.0.1"]
+
+    async def resolver(host: str, port: int) -> list[str]:
+        assert (host, port) == ("workers.test", text_worker.port)
+        return list(addresses)
+
+    async def run():
+        pool = WorkerPool(
+            [],
+            PoolOptions(dns_interval=0.1),
+            dns_names=[f"grpc://workers.test:{text_worker.port}"],
+            resolver=resolver,
+        )
+        await pool.start()
+        try:
+            assert list(pool.workers) == [f"grpc://{text_worker.address}"]
+            addresses.append("127.0.0.2")
+            await asyncio.sleep(0.5)
+            new = pool.workers[f"grpc://{worker_b.address}"]
+            assert new.eligible
+            picked = [pool.pick() for _ in range(4)]
+            assert picked.count(new) == 2
+            request = pb.GenerateRequest(
+                request_id="dns-1",
+                tokenized=pb.TokenizedInput(input_ids=[21, 22, 23]),
+                sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=3),
+                stream=True,
+            )
+            replies = [r async for r in new.generate(request)]
+            assert replies[-1].complete.finish_reason == "length"
+            addresses.remove("127.0.0.1")
+            await asyncio.sleep(0.5)
+            assert list(pool.workers) == [new.url]
+        finally:
+            await pool.close()
+
+    asyncio.run(run())
+
+
+def test_over_limit_load_is_refused_fast(text_model, text_worker, tmp_path):
+    limits = ["--max-in-flight", "2", "--max-queue", "2", "--queue-timeout", "1"]
+    gateway = start_gateway(text_model, [text_worker.address], tmp_path, *limits)
+    try:
+        running = [Stream(gateway, max_tokens=600) for _ in range(2)]
+        for stream in running:
+            assert stream.started.wait(60)
+        started = time.monotonic()
+        queued = [Stream(gateway) for _ in range(2)]
+        time.sleep(0.3)
+        refused = httpx.post(
+            f"{gateway.base_url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}]},
+            timeout=10,
+        )
+        assert refused.status_code == 429 and time.monotonic() - started < 1.0
+        assert "capacity" in refused.json()["error"]["message"]
+        for stream in queued:
+            stream.thread.join(10)
+            assert stream.status == 503  # waited their second, then gave up
+        metrics = httpx.get(f"{gateway.base_url}/metrics").text
+        assert 'mmgate_rejected_requests_total{reason="queue_full"} 1.0' in metrics
+        assert 'mmgate_rejected_requests_total{reason="timeout"} 2.0' in metrics
+        for stream in running:
+            stream.stop.set()
+    finally:
+        gateway.stop()
+
+
+def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tmp_path):
+    """Streams on the killed worker end with an error event, new requests go to the other,
+    nothing hangs."""
+    doomed_fixture = _worker(text_model, tmp_path_factory, "doomed")
+    doomed = next(doomed_fixture)
+    gateway = start_gateway(text_model, [text_worker.address, doomed.address], tmp_path)
+    try:
+        streams = [Stream(gateway, max_tokens=700) for _ in range(6)]
+        for stream in streams:
+            assert stream.started.wait(60)
+        doomed.proc.send_signal(signal.SIGKILL)
+        outcomes = [stream.finish() for stream in streams]
+        assert outcomes.count("error") == 3 and outcomes.count("done") == 3, outcomes
+        error = next(json.loads(e) for s in streams for e in s.events if '"error"' in e)
+        assert error["error"]["code"] >= 500
+        for i in range(6):  # the dead worker is skipped (retried, then marked down)
+            chat(gateway, "s", f"after the kill {i}")
+    finally:
+        gateway.stop()
+        next(doomed_fixture, None)
