@@ -65,6 +65,7 @@ DOWNSCALES = [
     ((900, 900), (300, 300)),  # exactly 3x
     ((700, 900), (101, 129)),  # ~7x: p > 16, float64 path
     ((2000, 300), (40, 290)),  # 50x on one axis
+    ((20, 3000), (5, 7)),  # 430x: over a thousand taps per output
 ]
 UPSCALES = [
     ((23, 37), (56, 56)),

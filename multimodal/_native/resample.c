@@ -67,10 +67,11 @@ static void v_row_generic(const uint8_t *const *rows, int n, const int16_t *w, i
  * each group 4-tap steps; per step and pixel, 32 bytes of weights (w_k, w_k+1) x 4 in the low
  * lane and (w_k+2, w_k+3) x 4 in the high lane, zero past the pixel's taps. */
 typedef struct {
-    int groups, steps;   /* groups of 4 outputs; 4-tap steps of the group with the most */
-    int32_t *offsets;    /* groups * 4: byte offset of each output's first input pixel */
-    uint8_t *group_steps;
-    __m256i *weights;    /* groups * steps * 4 */
+    int groups;           /* groups of 4 outputs */
+    int steps;            /* 4-tap steps any group may need: stride / 4, rounded up */
+    int32_t *offsets;     /* groups * 4: byte offset of each output's first input pixel */
+    int32_t *group_steps; /* the 4-tap steps of each group: its most taps / 4, rounded up */
+    __m256i *weights;     /* per group, per step, per output */
 } rgb_plan;
 
 /* Bytes rgb_plan kernels may read past the end of a row. */
@@ -84,7 +85,7 @@ AVX2 static int rgb_plan_open(rgb_plan *rp, const axis_plan *plan, int w_out)
     rp->groups = (w_out + 3) / 4;
     rp->steps = (plan->stride + 3) / 4;
     rp->offsets = calloc((size_t)rp->groups * 4, sizeof *rp->offsets);
-    rp->group_steps = calloc((size_t)rp->groups, 1);
+    rp->group_steps = calloc((size_t)rp->groups, sizeof *rp->group_steps);
     rp->weights = aligned_alloc(32, (size_t)rp->groups * rp->steps * 4 * sizeof(__m256i));
     if (!rp->offsets || !rp->group_steps || !rp->weights)
         return -1;
@@ -94,7 +95,7 @@ AVX2 static int rgb_plan_open(rgb_plan *rp, const axis_plan *plan, int w_out)
         for (int i = 0; i < 4 && 4 * g + i < w_out; i++)
             most = plan->sizes[4 * g + i] > most ? plan->sizes[4 * g + i] : most;
         const int steps = (most + 3) / 4;
-        rp->group_steps[g] = (uint8_t)steps;
+        rp->group_steps[g] = steps;
         for (int j = 0; j < steps; j++) {
             for (int i = 0; i < 4; i++) {
                 const int x = 4 * g + i;
