@@ -60,8 +60,8 @@ def steps(width: int, height: int) -> dict[str, Callable[[], object]]:
     processor = qwen25()
     s = processor.settings
     out_h, out_w = smart_resize(height, width, 28, s.min_pixels, s.max_pixels)
-    h_axis = native._axis(width, out_w, "bicubic")
-    v_axis = native._axis(height, out_h, "bicubic")
+    h_axis = native.axis_argument(width, out_w, "bicubic")
+    v_axis = native.axis_argument(height, out_h, "bicubic")
     wide = np.empty((height, out_w, 3), np.uint8)
     tall = np.empty((out_h, width, 3), np.uint8)
     both = np.empty((out_h, out_w, 3), np.uint8)

@@ -45,7 +45,8 @@ def portable_kernels() -> Iterator[None]:
 
 
 @functools.lru_cache(maxsize=256)
-def _axis(n_in: int, n_out: int, method: str) -> AxisArgument | None:
+def axis_argument(n_in: int, n_out: int, method: str) -> AxisArgument | None:
+    """One axis's weights (multimodal.resize_weights) laid out as _kernels takes them."""
     if n_in == n_out:
         return None
     aw = axis_weights(n_in, n_out, method)
@@ -66,7 +67,7 @@ def resize(image: np.ndarray, height: int, width: int, method: str) -> np.ndarra
     out = np.empty((height, width, channels), np.uint8)
     _kernels.resize(
         image, h_in, w_in, channels, out, height, width,
-        _axis(w_in, width, method), _axis(h_in, height, method),
+        axis_argument(w_in, width, method), axis_argument(h_in, height, method),
     )  # fmt: skip
     return out
 
@@ -93,7 +94,7 @@ def qwen_patches(
         normalize = np.ascontiguousarray(normalize, np.float32)
     _kernels.qwen_patches(
         image, h_in, w_in, out, height, width,
-        _axis(w_in, width, "bicubic"), _axis(h_in, height, "bicubic"),
+        axis_argument(w_in, width, "bicubic"), axis_argument(h_in, height, "bicubic"),
         patch, merge, temporal, normalize,
     )  # fmt: skip
     return out

@@ -81,7 +81,7 @@ def test_non_contiguous_image(backend):
 
 
 def axis(n_in: int, n_out: int):
-    return native._axis(n_in, n_out, "bicubic")
+    return native.axis_argument(n_in, n_out, "bicubic")
 
 
 @pytest.mark.skipif(not native.AVAILABLE, reason="multimodal._kernels is not built")
