@@ -121,9 +121,10 @@ class Stream:
         """'done' (finish_reason seen), 'error' (an error event) or 'cut' (closed by us)."""
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the stream hung"
-        if any('"error"' in e for e in self.events):
+        bodies = [json.loads(e) for e in self.events if e != "[DONE]"]
+        if any("error" in body for body in bodies):
             return "error"
-        if any('"finish_reason": "length"' in e for e in self.events):
+        if any(c["finish_reason"] == "length" for b in bodies for c in b["choices"]):
             assert self.events[-1] == "[DONE]"
             return "done"
         return "cut"
@@ -254,7 +255,10 @@ def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tm
     nothing hangs."""
     doomed_fixture = _worker(text_model, tmp_path_factory, "doomed")
     doomed = next(doomed_fixture)
-    gateway = start_gateway(text_model, [text_worker.address, doomed.address], tmp_path)
+    # Health checks out of the way: only failed calls (retry, circuit breaker) act here.
+    breaker = ["--health-interval", "60", "--breaker-failures", "4"]
+    workers = [text_worker.address, doomed.address]
+    gateway = start_gateway(text_model, workers, tmp_path, *breaker)
     try:
         streams = [Stream(gateway, max_tokens=700) for _ in range(6)]
         for stream in streams:
@@ -262,10 +266,14 @@ def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tm
         doomed.proc.send_signal(signal.SIGKILL)
         outcomes = [stream.finish() for stream in streams]
         assert outcomes.count("error") == 3 and outcomes.count("done") == 3, outcomes
-        error = next(json.loads(e) for s in streams for e in s.events if '"error"' in e)
-        assert error["error"]["code"] >= 500
-        for i in range(6):  # the dead worker is skipped (retried, then marked down)
-            chat(gateway, "s", f"after the kill {i}")
+        last = [json.loads(s.events[-2]) for s in streams if s.finish() == "error"]
+        assert all(body["error"]["code"] == 503 for body in last)  # then [DONE]
+        for i in range(6):  # all succeed: the first sent to the dead worker is retried on the
+            chat(gateway, "s", f"after the kill {i}")  # other, and its 4th failure opens
+        metrics = httpx.get(f"{gateway.base_url}/metrics").text  # the circuit: no more tries
+        retries = next(ln for ln in metrics.splitlines() if ln.startswith("mmgate_retries_total"))
+        assert float(retries.split()[-1]) == 1
+        assert workers_state(gateway)[f"grpc://{doomed.address}"]["circuit"] == "open"
     finally:
         gateway.stop()
         next(doomed_fixture, None)
