@@ -68,12 +68,13 @@ def structured_outputs_from_proto(params) -> StructuredOutputsParams | None:
 
 
 def truncate_prompt(ids: list[int], params, max_model_len: int) -> list[int]:
-    """Keep the last `truncate_prompt_tokens` ids, as vLLM truncates (-1: the model's limit)."""
+    """Keep the last `truncate_prompt_tokens` ids, as vLLM truncates for generation (-1: the
+    model's limit less one token for output)."""
     if not params.HasField("truncate_prompt_tokens"):
         return ids
     keep = params.truncate_prompt_tokens
     if keep == -1:
-        keep = max_model_len
+        keep = max_model_len - 1
     if keep < 1:
         raise InvalidRequest(
             f"sampling_params.truncate_prompt_tokens must be -1 or >= 1, got {keep}"

@@ -103,8 +103,8 @@ def _set_optional(params: pb.SamplingParams, request: SamplingFields) -> None:
         params.prompt_logprobs = request.prompt_logprobs
     if request.seed is not None:
         params.seed = request.seed
-    if request.truncate_prompt_tokens is not None:
-        params.truncate_prompt_tokens = request.truncate_prompt_tokens
+    # truncate_prompt_tokens is applied by the gateway (truncate_prompt): not every worker
+    # applies it to token-id prompts (smg-grpc-servicer does not).
 
 
 def _set_constraint(params: pb.SamplingParams, request: SamplingFields) -> None:
@@ -127,3 +127,21 @@ def _set_constraint(params: pb.SamplingParams, request: SamplingFields) -> None:
     for field in ("regex", "grammar", "structural_tag"):
         if getattr(so, field) is not None:
             setattr(params, field, getattr(so, field))
+
+
+def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> list[int]:
+    """vLLM's truncation for generation: keep the last `keep` ids; -1 keeps as many as the
+    context allows with one token left for output. A `keep` above the context is refused."""
+    if keep is None:
+        return ids
+    if keep > max_model_len:
+        raise SamplingError(
+            f"truncate_prompt_tokens={keep} cannot be greater than max_model_len="
+            f"{max_model_len}. Please request a smaller truncation size.",
+            "truncate_prompt_tokens",
+        )
+    if keep < 0:
+        keep = max_model_len - 1
+    if keep >= len(ids):
+        return ids
+    return ids[-keep:] if keep else []

@@ -21,7 +21,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pool import WorkerPool
 from gateway.protocol import UNTRUSTED_TEMPLATE, ChatCompletionRequest, ChatPromptFields
 from gateway.request_log import engine_request_id
-from gateway.sampling import SamplingError, max_tokens_for, to_proto
+from gateway.sampling import SamplingError, max_tokens_for, to_proto, truncate_prompt
 from gateway.streaming import Choice, Generation, Usage
 from gateway.worker import Worker
 from multimodal.errors import MediaError
@@ -74,6 +74,7 @@ class ChatService:
             raise GatewayError("the engine worker does not accept images", 400, "messages")
         if prompt.mm_inputs is not None:
             _check_image_limit(len(prompt.mm_inputs.mm_placeholders), facts)
+        prompt.ids = _truncated(request.truncate_prompt_tokens, prompt, facts.max_context_length)
         max_tokens = _max_tokens(request, len(prompt.ids), facts)
         generate = pb.GenerateRequest(
             request_id=f"chatcmpl-{engine_request_id(request.request_id)}",
@@ -149,6 +150,18 @@ def _check_image_limit(images: int, facts) -> None:
     if limit is not None and images > limit:
         message = f"At most {limit} image(s) may be provided in one prompt."
         raise GatewayError(message, 400, "messages")
+
+
+def _truncated(keep: int | None, prompt: Prompt, max_model_len: int) -> list[int]:
+    try:
+        ids = truncate_prompt(prompt.ids, keep, max_model_len)
+    except SamplingError as error:
+        raise GatewayError(str(error), 400, error.param) from None
+    if prompt.mm_inputs is not None and len(ids) < len(prompt.ids):
+        raise GatewayError(
+            "truncate_prompt_tokens would cut a prompt with images", 400, "truncate_prompt_tokens"
+        )
+    return ids
 
 
 def _max_tokens(request: ChatCompletionRequest, prompt_len: int, facts) -> int:

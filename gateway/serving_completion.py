@@ -19,7 +19,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pool import WorkerPool
 from gateway.protocol import CompletionRequest
 from gateway.request_log import engine_request_id
-from gateway.sampling import SamplingError, max_tokens_for, to_proto
+from gateway.sampling import SamplingError, max_tokens_for, to_proto, truncate_prompt
 from gateway.streaming import Choice, Generation, Usage
 from protos import vllm_engine_pb2 as pb
 
@@ -88,7 +88,11 @@ class CompletionService:
         facts = worker.facts
         if not ids:
             raise GatewayError("prompt must not be empty", 400, "prompt")
-        if max(ids) >= facts.vocab_size:
+        try:
+            ids = truncate_prompt(ids, request.truncate_prompt_tokens, facts.max_context_length)
+        except SamplingError as error:
+            raise GatewayError(str(error), 400, error.param) from None
+        if ids and max(ids) >= facts.vocab_size:
             raise GatewayError(f"token id {max(ids)} is out of vocabulary", 400, "prompt")
         try:
             max_tokens = max_tokens_for(

@@ -309,3 +309,35 @@ def test_client_disconnect_aborts_the_engine_request(gateway, text_worker):
     while running() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert running() == 0
+
+
+def test_truncate_prompt_tokens_as_vllm(gateway, text_reference, text_model):
+    """The gateway truncates (vLLM keeps the last ids for generation; -1 leaves room for one
+    output token), so workers that ignore the field for token prompts still get it right."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(text_model / "tokenizer.json"))
+    client = gateway.client()
+    model = client.models.list().data[0].id
+    prompt = "import os\nimport sys\ndef main(argv):"
+    reply = client.completions.create(
+        model=model,
+        prompt=prompt,
+        max_tokens=6,
+        temperature=0,
+        extra_body={"truncate_prompt_tokens": 5},
+    )
+    last5 = tokenizer.encode(prompt).ids[-5:]
+    (want,) = vllm_says(text_reference, last5, "gw-trunc", max_tokens=6, temperature=0)
+    assert reply.choices[0].text == want.text
+    assert reply.usage.prompt_tokens == 5
+    long = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "x " * 3000}],
+        extra_body={"truncate_prompt_tokens": -1},
+    )
+    assert long.usage.prompt_tokens == 1023 and long.usage.completion_tokens == 1
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(
+            model=model, prompt="x", extra_body={"truncate_prompt_tokens": 5000}
+        )
