@@ -77,8 +77,14 @@ class WorkerProcess:
         args = engine_cli_args({"model": str(model), **ENGINE_KWARGS, **extra})
         cmd = self.command(args)
         self._log = open(log_path, "w")  # noqa: SIM115 - lives as long as the process
+        # Its own process group: kill() takes vLLM's EngineCore child down with it.
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env={**os.environ, **ENGINE_ENV}, stdout=self._log, stderr=self._log
+            cmd,
+            cwd=ROOT,
+            env={**os.environ, **ENGINE_ENV},
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
         )
 
     def command(self, args: list[str]) -> list[str]:
@@ -110,14 +116,18 @@ class WorkerProcess:
         self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
+    def kill(self) -> None:
+        """Sudden death of the worker and its engine (SIGKILL to the whole group)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
     def stop(self, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
         self._log.close()
         return self.proc.returncode
 

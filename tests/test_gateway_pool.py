@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import threading
 import time
 from pathlib import Path
@@ -263,7 +262,7 @@ def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tm
         streams = [Stream(gateway, max_tokens=700) for _ in range(6)]
         for stream in streams:
             assert stream.started.wait(60)
-        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.kill()
         outcomes = [stream.finish() for stream in streams]
         assert outcomes.count("error") == 3 and outcomes.count("done") == 3, outcomes
         last = [json.loads(s.events[-2]) for s in streams if s.finish() == "error"]
