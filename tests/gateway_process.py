@@ -61,3 +61,15 @@ class GatewayProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self._log.close()
+
+
+def read_chat_stream(stream) -> tuple[str, str | None, object, list]:
+    """An openai SDK chat stream (one choice) as (text, finish_reason, usage, delta roles)."""
+    pieces, finish, usage, roles = [], None, None, []
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            roles.append(choice.delta.role)
+            pieces.append(choice.delta.content or "")
+            finish = choice.finish_reason or finish
+    return "".join(pieces), finish, usage, roles

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
@@ -14,6 +12,7 @@ from vllm import SamplingParams
 from tests.conftest import _worker
 from tests.engines import ReferenceEngine
 from tests.gateway_process import GatewayProcess
+from tests.http_files import serve_bytes
 from tests.test_engine_vision import MM_LIMITS, chat_prompt, make_image
 
 IMAGE = make_image(150, 110, seed=21)
@@ -27,23 +26,8 @@ def png_bytes(image) -> bytes:
 
 @pytest.fixture(scope="module")
 def image_server():
-    data = png_bytes(IMAGE)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Type", "image/png")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/cat.png"
-    server.shutdown()
+    with serve_bytes(png_bytes(IMAGE)) as base:
+        yield f"{base}/cat.png"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from vllm import SamplingParams
 from vllm.inputs.engine import tokens_input
 from vllm.sampling_params import RequestOutputKind
 
-from tests.gateway_process import GatewayProcess
+from tests.gateway_process import GatewayProcess, read_chat_stream
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
@@ -67,15 +67,9 @@ def test_streaming_gives_the_same_text(gateway, text_reference, chat_ids):
         stream=True,
         stream_options={"include_usage": True},
     )
-    pieces, finish, usage, roles = [], None, None, []
-    for chunk in stream:
-        usage = chunk.usage or usage
-        for choice in chunk.choices:
-            roles.append(choice.delta.role)
-            pieces.append(choice.delta.content or "")
-            finish = choice.finish_reason or finish
+    text, finish, usage, roles = read_chat_stream(stream)
     (want,) = vllm_says(text_reference, chat_ids, "gw-2", temperature=0, max_tokens=16)
-    assert "".join(pieces) == want.text
+    assert text == want.text
     assert roles[0] == "assistant" and finish == "length"
     assert usage.completion_tokens == 16 and usage.prompt_tokens == len(chat_ids)
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import openai
@@ -18,7 +16,8 @@ import pytest
 from vllm import SamplingParams
 
 from tests.engines import ReferenceEngine, UpstreamServicerProcess
-from tests.gateway_process import GatewayProcess
+from tests.gateway_process import GatewayProcess, read_chat_stream
+from tests.http_files import serve_bytes
 from tests.test_engine_vision import MM_LIMITS, chat_prompt
 from tests.test_gateway_images import IMAGE, ask, png_bytes
 from tests.test_gateway_openai import MESSAGES, vllm_says
@@ -127,15 +126,9 @@ def test_streaming_equals_vllm(gateway, text_reference, chat_ids):
         stream=True,
         stream_options={"include_usage": True},
     )
-    pieces, finish, usage, roles = [], None, None, []
-    for chunk in stream:
-        usage = chunk.usage or usage
-        for choice in chunk.choices:
-            roles.append(choice.delta.role)
-            pieces.append(choice.delta.content or "")
-            finish = choice.finish_reason or finish
+    text, finish, usage, roles = read_chat_stream(stream)
     (want,) = vllm_says(text_reference, chat_ids, "up-2", temperature=0, max_tokens=16)
-    assert "".join(pieces) == want.text
+    assert text == want.text
     assert roles[0] == "assistant" and finish == "length"
     assert (usage.prompt_tokens, usage.completion_tokens) == (len(chat_ids), 16)
 
@@ -261,23 +254,8 @@ def test_a_request_ended_by_eos_has_vllms_text(
 
 @pytest.fixture(scope="module")
 def image_url():
-    data = png_bytes(IMAGE)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Type", "image/png")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/cat.png"
-    server.shutdown()
+    with serve_bytes(png_bytes(IMAGE)) as base:
+        yield f"{base}/cat.png"
 
 
 @pytest.fixture(scope="module")
