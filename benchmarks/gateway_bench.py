@@ -1,0 +1,671 @@
+"""Throughput and latency of our gateway vs SMG 1.13.0, both in front of the same mock worker.
+
+    python -m benchmarks.gateway_bench [--quick] [--rounds N] [--kinds text image]
+        [--concurrency 1 32] [--output-tokens 16] [--ours-env KEY=VALUE] [--json FILE]
+
+Starts `benchmarks.mock_worker` (no model compute: 16 tokens per request), `mmgate serve` and
+`smg launch` in front of it, checks that both gateways answer the same text and image chat,
+and then runs the same closed-loop loads (`benchmarks.load_gen`, in its own process) against
+each, plus a direct baseline: the worker's Generate called over gRPC with the exact request
+our gateway sent it (captured by the mock worker). Cases: text and image (a 640x480 JPEG data
+URI) chat, streaming and not, at concurrency 1 (latency, 2 s) and 32 (throughput, 4 s). The
+order of the targets rotates from case to case and from round to round so that load from
+elsewhere on the machine does not favour one of them; with three rounds (the default) the
+tables show each target's best round (most req/s), since outside load only ever slows a
+run down, and the median CPU per request.
+
+For every run it reads the CPU time (user + system, the whole process tree) of the gateway,
+the worker and the load generator around the measured window, and reports CPU per request.
+
+Fixture notes (see benchmarks/RESULTS.md): the model is a copy of the tiny random Qwen2-VL
+from `engine_server.tiny_models` plus what SMG 1.13.0's Qwen-VL path needs: an `<image>`
+token in the tokenizer, `vision_token_id` in config.json (pointing at `<|image_pad|>`) and,
+for SMG only, a chat template that renders each image as `<|vision_start|><image><|vision_end|>`.
+Both gateways then send the worker the same prompt ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import grpc
+import httpx
+import psutil
+
+from benchmarks.load_gen import chat_body
+from protos import vllm_engine_pb2 as pb
+from protos import vllm_engine_pb2_grpc as pb_grpc
+
+VENV_BIN = Path(sys.executable).parent
+IMAGE_ANCHOR = "<image>"
+QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+SMG_IMAGE = f"<|vision_start|>{IMAGE_ANCHOR}<|vision_end|>"
+TARGETS = ("ours", "smg", "direct")
+THROUGHPUT_CONCURRENCY = 32
+LOAD_TIMEOUT = 120.0
+TEXT_RATIO_GOAL, IMAGE_RATIO_GOAL, ADDED_P50_GOAL_MS = 0.5, 1.0, 2.0  # the worker-pool issue
+
+
+# ---- configuration ----
+
+
+@dataclass
+class BenchConfig:
+    kinds: tuple[str, ...] = ("text", "image")
+    streams: tuple[bool, ...] = (True, False)
+    concurrencies: tuple[int, ...] = (1, THROUGHPUT_CONCURRENCY)
+    latency_seconds: float = 2.0
+    throughput_seconds: float = 4.0
+    rounds: int = 1
+    output_tokens: int = 16
+    ours_env: dict[str, str] = field(default_factory=dict)
+
+    def seconds_for(self, concurrency: int) -> float:
+        return self.latency_seconds if concurrency == 1 else self.throughput_seconds
+
+
+@dataclass
+class Case:
+    kind: str
+    stream: bool
+    concurrency: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {'stream' if self.stream else 'full'} c={self.concurrency}"
+
+
+@dataclass
+class RunResult:
+    target: str
+    case: Case
+    load: dict
+    gateway_cpu_s: float
+    worker_cpu_s: float
+    gateway_thread_cpu_s: dict[int, float] = field(default_factory=dict)
+
+    def per_request_ms(self, cpu_seconds: float) -> float:
+        requests = self.load["requests"]
+        return 1000 * cpu_seconds / requests if requests else 0.0
+
+
+# ---- processes ----
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (0 once it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+@dataclass
+class Service:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def launch(name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None) -> Service:
+    log_path = workdir / f"{name}.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_COLOR": "1", **(env or {})},
+            start_new_session=True,
+        )
+    return Service(name, process, log_path)
+
+
+def wait_until(check, service: Service, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if service.process.poll() is not None:
+            break
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.25)
+    raise RuntimeError(f"{service.name} did not become ready:\n{service.log_tail()}")
+
+
+def worker_ready(address: str) -> bool:
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.VllmEngineStub(channel)
+        return stub.HealthCheck(pb.HealthCheckRequest(), timeout=2).healthy
+
+
+def models_ready(base: str) -> bool:
+    return bool(httpx.get(f"{base}/v1/models", timeout=2).json().get("data"))
+
+
+# ---- the fixture model ----
+
+
+def build_fixture_model(workdir: Path) -> tuple[Path, Path]:
+    """A copy of the tiny Qwen2-VL that SMG 1.13.0 can also serve; returns (dir, SMG template)."""
+    from engine_server.tiny_models import ensure_model
+
+    source = ensure_model("vision")
+    model = workdir / "qwen2-vl-tiny"
+    model.mkdir()
+    for path in source.iterdir():
+        if path.is_file() and path.suffix != ".safetensors":
+            shutil.copy(path, model / path.name)
+    anchor_id = add_image_anchor_token(model / "tokenizer.json")
+    config = json.loads((model / "config.json").read_text())
+    config["vision_token_id"] = config["image_token_id"]
+    config["text_config"]["vocab_size"] = max(config["text_config"]["vocab_size"], anchor_id + 1)
+    (model / "config.json").write_text(json.dumps(config, indent=2))
+    template = (model / "chat_template.jinja").read_text()
+    smg_template = workdir / "smg_chat_template.jinja"
+    smg_template.write_text(template.replace(QWEN_IMAGE, SMG_IMAGE))
+    return model, smg_template
+
+
+def add_image_anchor_token(tokenizer_path: Path) -> int:
+    tokenizer = json.loads(tokenizer_path.read_text())
+    added = tokenizer["added_tokens"]
+    anchor_id = max(t["id"] for t in added) + 1
+    added.append({**added[-1], "id": anchor_id, "content": IMAGE_ANCHOR})
+    tokenizer_path.write_text(json.dumps(tokenizer))
+    return anchor_id
+
+
+# ---- the three targets ----
+
+
+@dataclass
+class Stack:
+    workdir: Path
+    model: Path
+    worker_address: str
+    bases: dict[str, str]
+    services: dict[str, Service]
+    capture_dir: Path
+
+    def pid_for(self, target: str) -> int | None:
+        service = self.services.get(target)
+        return service.process.pid if service else None
+
+
+def start_stack(
+    workdir: Path, config: BenchConfig, gateways: tuple[str, ...] = ("ours", "smg")
+) -> Stack:
+    """The mock worker, then the gateways in front of it, each ready to serve."""
+    model, smg_template = build_fixture_model(workdir)
+    capture_dir = workdir / "captured"
+    capture_dir.mkdir()
+    worker_port = free_port()
+    address = f"127.0.0.1:{worker_port}"
+    worker_cmd = mock_worker_cmd(model, worker_port, capture_dir, config)
+    stack = Stack(
+        workdir, model, address, {}, {"worker": launch("worker", worker_cmd, workdir)}, capture_dir
+    )
+    wait_until(lambda: worker_ready(address), stack.services["worker"])
+    for name in gateways:
+        port = free_port()
+        stack.bases[name] = f"http://127.0.0.1:{port}"
+        if name == "ours":
+            stack.services[name] = launch(
+                name, ours_cmd(model, address, port), workdir, config.ours_env
+            )
+        else:
+            stack.services[name] = launch(name, smg_cmd(address, port, smg_template), workdir)
+    for name in gateways:
+        wait_until(lambda name=name: models_ready(stack.bases[name]), stack.services[name])
+    return stack
+
+
+def mock_worker_cmd(model: Path, port: int, capture_dir: Path, config: BenchConfig) -> list[str]:
+    return [
+        sys.executable, "-m", "benchmarks.mock_worker", "--model", str(model),
+        "--port", str(port), "--capture-dir", str(capture_dir),
+        "--output-tokens", str(config.output_tokens),
+    ]  # fmt: skip
+
+
+def ours_cmd(model: Path, worker: str, port: int) -> list[str]:
+    return [
+        str(VENV_BIN / "mmgate"), "serve", "--model", str(model),
+        "--worker", f"grpc://{worker}", "--port", str(port),
+    ]  # fmt: skip
+
+
+def smg_cmd(worker: str, port: int, chat_template: Path) -> list[str]:
+    return [
+        str(VENV_BIN / "smg"), "launch", "--host", "127.0.0.1", "--port", str(port),
+        "--worker-urls", f"grpc://{worker}",
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+        "--chat-template", str(chat_template),
+        "--multimodal-tensor-transport", "inline",
+        "--shutdown-grace-period-secs", "1",
+    ]  # fmt: skip
+
+
+def stop_stack(stack: Stack) -> None:
+    for name in ("ours", "smg", "worker"):
+        if name in stack.services:
+            stack.services[name].stop()
+
+
+# ---- sanity: both gateways give the same answer, and the direct baseline gets its request ----
+
+
+def check_answers(stack: Stack, config: BenchConfig) -> dict[str, dict]:
+    """One non-streaming request per kind through each gateway; returns what they answered.
+
+    The `X-Request-Id: capture-<target>-<kind>` header makes the mock worker keep the
+    GenerateRequest each gateway sent (ours is replayed by the direct baseline)."""
+    seen: dict[str, dict] = {}
+    for kind in config.kinds:
+        for target in ("ours", "smg"):
+            body = chat_body(kind, str(stack.model), False, config.output_tokens)
+            headers = {"x-request-id": f"capture-{target}-{kind}"}
+            url = f"{stack.bases[target]}/v1/chat/completions"
+            reply = httpx.post(url, json=body, headers=headers, timeout=60)
+            if reply.status_code != 200:
+                raise RuntimeError(f"{target} refused {kind} chat: {reply.text[:500]}")
+            answer = reply.json()
+            seen[f"{target}/{kind}"] = {
+                "content": answer["choices"][0]["message"]["content"],
+                "prompt_tokens": answer["usage"]["prompt_tokens"],
+                "completion_tokens": answer["usage"]["completion_tokens"],
+            }
+    return seen
+
+
+def captured_request(stack: Stack, target: str, kind: str) -> pb.GenerateRequest | None:
+    found = sorted(stack.capture_dir.glob(f"capture-{target}-{kind}*.bin"))
+    return pb.GenerateRequest.FromString(found[0].read_bytes()) if found else None
+
+
+def describe_request(request: pb.GenerateRequest | None) -> str:
+    if request is None:
+        return "not captured"
+    pixels = request.mm_inputs.pixel_values
+    shape = "x".join(map(str, pixels.shape)) if request.HasField("mm_inputs") else ""
+    image = f", pixels {shape} {pixels.dtype} {pixels.WhichOneof('payload')}" if shape else ""
+    return f"{len(request.tokenized.input_ids)} ids{image}, stream={request.stream}"
+
+
+def report_answers(stack: Stack, seen: dict[str, dict], kinds: tuple[str, ...]) -> None:
+    for kind in kinds:
+        ours, smg = seen[f"ours/{kind}"], seen[f"smg/{kind}"]
+        sent = {t: captured_request(stack, t, kind) for t in ("ours", "smg")}
+        same_ids = all(sent.values()) and (
+            sent["ours"].tokenized.input_ids == sent["smg"].tokenized.input_ids
+        )
+        print(f"  {kind}: same answer text and usage: {ours == smg}; "
+              f"same prompt ids to the worker: {same_ids}")  # fmt: skip
+        for target in ("ours", "smg"):
+            print(f"    {target} sent: {describe_request(sent[target])}")
+
+
+# ---- one load run ----
+
+
+def load_cmd(stack: Stack, target: str, case: Case, seconds: float, max_tokens: int) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "benchmarks.load_gen", "--kind", case.kind,
+        "--concurrency", str(case.concurrency), "--duration", str(seconds), "--wait-for-go",
+        "--max-tokens", str(max_tokens),
+    ]  # fmt: skip
+    if case.stream:
+        cmd.append("--stream")
+    if target == "direct":
+        captured = stack.capture_dir / f"capture-ours-{case.kind}.bin"
+        return [*cmd, "--target", f"grpc://{stack.worker_address}", "--grpc-request", str(captured)]
+    return [*cmd, "--target", stack.bases[target], "--model", str(stack.model)]
+
+
+def run_load(
+    stack: Stack, target: str, case: Case, seconds: float, max_tokens: int = 16
+) -> RunResult:
+    """One load-generator run; CPU counters are read around its measured window only."""
+    gateway_pid = stack.pid_for(target)
+    worker_pid = stack.services["worker"].process.pid
+    with subprocess.Popen(
+        load_cmd(stack, target, case, seconds, max_tokens),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as load:
+        if load.stdout.readline().strip() != "warm":
+            raise RuntimeError(f"the load generator failed to warm up against {target}")
+        before = cpu_snapshot(gateway_pid, worker_pid)
+        threads_before = thread_cpu_seconds(gateway_pid)
+        load.stdin.write("go\n")
+        load.stdin.flush()
+        line = load.stdout.readline()
+        after = cpu_snapshot(gateway_pid, worker_pid)
+        threads_after = thread_cpu_seconds(gateway_pid)
+        load.wait(timeout=LOAD_TIMEOUT)
+    gateway_cpu, worker_cpu = (b - a for a, b in zip(before, after))
+    threads = {t: cpu - threads_before.get(t, 0.0) for t, cpu in threads_after.items()}
+    return RunResult(target, case, json.loads(line), gateway_cpu, worker_cpu, threads)
+
+
+def cpu_snapshot(gateway_pid: int | None, worker_pid: int) -> tuple[float, float]:
+    gateway = tree_cpu_seconds(gateway_pid) if gateway_pid else 0.0
+    return gateway, tree_cpu_seconds(worker_pid)
+
+
+def thread_cpu_seconds(pid: int | None) -> dict[int, float]:
+    """Per thread id of one process: user + system CPU seconds so far."""
+    if pid is None:
+        return {}
+    try:
+        return {t.id: t.user_time + t.system_time for t in psutil.Process(pid).threads()}
+    except psutil.NoSuchProcess:
+        return {}
+
+
+def progress(run: RunResult) -> None:
+    load = run.load
+    errors = f" ERRORS {load['errors']}: {load['first_error'][:120]}" if load["errors"] else ""
+    gateway_cpu = (
+        ""
+        if run.target == "direct"
+        else f"gateway {run.per_request_ms(run.gateway_cpu_s):.3f} ms CPU/req"
+    )
+    print(
+        f"  {run.case.label:<20} {run.target:<6} {load['rps']:>7.1f} req/s  "
+        f"p50 {load['p50_ms']:>7.2f} ms  p99 {load['p99_ms']:>7.2f} ms  "
+        f"{gateway_cpu}{errors}",
+        flush=True,
+    )
+
+
+# ---- the plan ----
+
+
+def cases(config: BenchConfig) -> list[Case]:
+    return [
+        Case(kind, stream, concurrency)
+        for concurrency in config.concurrencies
+        for kind in config.kinds
+        for stream in config.streams
+    ]
+
+
+def target_order(turn: int, round_index: int) -> list[str]:
+    """Every target in every position: rotated per case and per round, reversed every other."""
+    shift = (turn + round_index) % len(TARGETS)
+    order = list(TARGETS[shift:] + TARGETS[:shift])
+    return order[::-1] if round_index % 2 else order
+
+
+def run_all(stack: Stack, config: BenchConfig) -> list[RunResult]:
+    results = []
+    for round_index in range(config.rounds):
+        print(f"round {round_index + 1}/{config.rounds}", flush=True)
+        for turn, case in enumerate(cases(config)):
+            for target in target_order(turn, round_index):
+                seconds = config.seconds_for(case.concurrency)
+                run = run_load(stack, target, case, seconds, config.output_tokens)
+                progress(run)
+                results.append(run)
+    return results
+
+
+# ---- the report ----
+
+
+def merge_rounds(results: list[RunResult]) -> dict[tuple[str, str], dict]:
+    """Per (case label, target): the best round, since load from elsewhere only slows runs."""
+    grouped: dict[tuple[str, str], list[RunResult]] = {}
+    for run in results:
+        grouped.setdefault((run.case.label, run.target), []).append(run)
+    return {key: summarize_runs(runs) for key, runs in grouped.items()}
+
+
+def summarize_runs(runs: list[RunResult]) -> dict:
+    """Rate and latencies of the round with the most req/s; CPU per request: the median."""
+    best = max(runs, key=lambda r: r.load["rps"])
+    figures = {k: best.load[k] or 0.0 for k in ("rps", "p50_ms", "p99_ms", "ttft_p50_ms")}
+    figures["gateway_cpu_ms"] = statistics.median(r.per_request_ms(r.gateway_cpu_s) for r in runs)
+    figures["worker_cpu_ms"] = statistics.median(r.per_request_ms(r.worker_cpu_s) for r in runs)
+    figures["client_cpu_ms"] = statistics.median(
+        r.per_request_ms(r.load["client_cpu_s"]) for r in runs
+    )
+    figures["errors"] = sum(r.load["errors"] for r in runs)
+    figures["requests"] = sum(r.load["requests"] for r in runs)
+    figures["rps_all_rounds"] = [r.load["rps"] for r in runs]
+    return figures
+
+
+def table(merged: dict[tuple[str, str], dict], labels: list[str]) -> str:
+    head = (
+        "| case | target | req/s | p50 ms | p99 ms | TTFT p50 ms | gateway CPU ms/req "
+        "| worker CPU ms/req | load-gen CPU ms/req | errors |\n" + "|---" * 10 + "|"
+    )
+    rows = [head]
+    for label in labels:
+        for target in TARGETS:
+            m = merged.get((label, target))
+            if m is None:
+                continue
+            gateway_cpu = f"{m['gateway_cpu_ms']:.3f}" if target != "direct" else "-"
+            ttft = f"{m['ttft_p50_ms']:.2f}" if m["ttft_p50_ms"] else "-"
+            rows.append(
+                f"| {label} | {target} | {m['rps']:.1f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} "
+                f"| {ttft} | {gateway_cpu} | {m['worker_cpu_ms']:.3f} | {m['client_cpu_ms']:.3f} "
+                f"| {m['errors']} |"
+            )
+    return "\n".join(rows)
+
+
+def ratio_table(merged: dict[tuple[str, str], dict], labels: list[str]) -> str:
+    head = (
+        "| case | req/s ours/SMG | p50 ours/SMG | CPU/req ours/SMG | added p50 ours (ms) "
+        "| added p50 SMG (ms) |\n|---|---|---|---|---|---|"
+    )
+    rows = [head]
+    for label in labels:
+        ours, smg, direct = (merged.get((label, t)) for t in TARGETS)
+        if ours and smg:
+            rows.append(ratio_row(label, ours, smg, direct))
+    return "\n".join(rows)
+
+
+def ratio_row(label: str, ours: dict, smg: dict, direct: dict | None) -> str:
+    def added(m: dict) -> str:
+        return f"{m['p50_ms'] - direct['p50_ms']:+.2f}" if direct else "-"
+
+    cells = [
+        label,
+        _ratio(ours["rps"], smg["rps"]),
+        _ratio(ours["p50_ms"], smg["p50_ms"]),
+        _ratio(ours["gateway_cpu_ms"], smg["gateway_cpu_ms"]),
+        added(ours),
+        added(smg),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def targets_verdict(merged: dict[tuple[str, str], dict], all_cases: list[Case]) -> list[str]:
+    """The issue's targets: req/s vs SMG under load, added p50 over the worker at c=1."""
+    lines = []
+    for case in all_cases:
+        ours, smg, direct = (merged.get((case.label, t)) for t in TARGETS)
+        if not ours or not smg:
+            continue
+        if case.concurrency > 1:
+            lines.append(throughput_verdict(case, ours, smg))
+        elif direct:
+            lines.append(latency_verdict(case, ours, direct))
+    return lines
+
+
+def throughput_verdict(case: Case, ours: dict, smg: dict) -> str:
+    goal = TEXT_RATIO_GOAL if case.kind == "text" else IMAGE_RATIO_GOAL
+    ratio = ours["rps"] / smg["rps"] if smg["rps"] else 0.0
+    verdict = "met" if ratio >= goal else "NOT met"
+    return f"- {case.label}: {ratio:.2f}x SMG's req/s (target >= {goal}x): {verdict}"
+
+
+def latency_verdict(case: Case, ours: dict, direct: dict) -> str:
+    added = ours["p50_ms"] - direct["p50_ms"]
+    verdict = "met" if added <= ADDED_P50_GOAL_MS else "NOT met"
+    goal = f"target <= {ADDED_P50_GOAL_MS:g} ms"
+    return f"- {case.label}: {added:+.2f} ms p50 over the worker ({goal}): {verdict}"
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def machine_notes() -> str:
+    load1, load5, load15 = os.getloadavg()
+    return (
+        f"{os.cpu_count()} CPUs ({cpu_model()}), Python {platform.python_version()}, "
+        f"load average {load1:.2f} / {load5:.2f} / {load15:.2f}"
+    )
+
+
+def source_version() -> str:
+    """The commit measured, "-dirty" when the working tree has uncommitted changes."""
+    cmd = ["git", "describe", "--always", "--dirty"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent)
+    return done.stdout.strip() or "unknown"
+
+
+def print_report(results: list[RunResult], config: BenchConfig) -> dict:
+    merged = merge_rounds(results)
+    labels = [case.label for case in cases(config)]
+    print("\n" + table(merged, labels) + "\n")
+    print(ratio_table(merged, labels) + "\n")
+    print("\n".join(targets_verdict(merged, cases(config))))
+    return {f"{label} | {target}": figures for (label, target), figures in merged.items()}
+
+
+# ---- entry point ----
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gateway_bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="streaming only, short runs (< 1 min)")
+    p.add_argument(
+        "--rounds", type=int, help="repeat every run, order rotated (default: 3, quick: 1)"
+    )
+    p.add_argument("--kinds", nargs="+", choices=("text", "image"), default=["text", "image"])
+    p.add_argument("--output-tokens", type=int, default=16, help="tokens per request")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[1, THROUGHPUT_CONCURRENCY],
+        help="client concurrencies to run (default: 1 32)",
+    )
+    p.add_argument(
+        "--ours-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment for our gateway only (e.g. OPENBLAS_NUM_THREADS=1)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the work dir (logs, captures)")
+    p.add_argument("--json", type=Path, help="write every figure here")
+    return p
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    config = BenchConfig(
+        kinds=tuple(args.kinds),
+        concurrencies=tuple(args.concurrency),
+        rounds=args.rounds or (1 if args.quick else 3),
+        output_tokens=args.output_tokens,
+        ours_env=dict(item.split("=", 1) for item in args.ours_env),
+    )
+    if args.quick:
+        config.streams = (True,)
+        config.latency_seconds, config.throughput_seconds = 1.5, 2.5
+    return config
+
+
+@contextlib.contextmanager
+def work_dir(keep: bool) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    try:
+        yield path
+    finally:
+        if keep:
+            print(f"work dir kept: {path}")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from(args)
+    started = time.monotonic()
+    print(f"machine: {machine_notes()}; source: {source_version()}", flush=True)
+    with work_dir(args.keep) as workdir:
+        print(f"starting the mock worker, mmgate serve and SMG in {workdir} ...", flush=True)
+        stack = start_stack(workdir, config)
+        try:
+            print(f"ready after {time.monotonic() - started:.1f} s; checking answers:", flush=True)
+            report_answers(stack, check_answers(stack, config), config.kinds)
+            figures = print_report(run_all(stack, config), config)
+        finally:
+            stop_stack(stack)
+    print(f"\ntotal {time.monotonic() - started:.0f} s; machine after: {machine_notes()}")
+    if args.json:
+        args.json.write_text(json.dumps({"config": asdict(config), "results": figures}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
