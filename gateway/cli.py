@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 USAGE = """\
@@ -28,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return engine_main(rest)
     if command == "serve":
+        # Image work runs in our own kernels, a request per thread: BLAS threads would only
+        # fight them (and the event loop) for the cores.
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
         from gateway.serve_cli import main as serve_main
 
         return serve_main(rest)

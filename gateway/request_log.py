@@ -51,7 +51,11 @@ class _WithRequestId(logging.Filter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request_id and extra fields."""
 
-    RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "request_id"}
+    RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {
+        "message",
+        "request_id",
+        "asctime",
+    }
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {

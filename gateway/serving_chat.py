@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,6 +13,7 @@ import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
 from tokenizers import Tokenizer
 
+from gateway import sse
 from gateway.chat import ChatRenderer, ChatRequestError, RenderedChat
 from gateway.detokenizer import added_tokens
 from gateway.errors import GatewayError, check_model, error_body, parse_body
@@ -22,6 +23,7 @@ from gateway.pool import WorkerPool
 from gateway.protocol import UNTRUSTED_TEMPLATE, ChatCompletionRequest, ChatPromptFields
 from gateway.request_log import engine_request_id
 from gateway.sampling import SamplingError, max_tokens_for, to_proto, truncate_prompt
+from gateway.sse import ChunkWriter
 from gateway.streaming import Choice, Generation, Usage
 from gateway.worker import Worker
 from multimodal.errors import MediaError
@@ -30,6 +32,8 @@ from multimodal.pipeline import PixelEncoding, prepare
 from multimodal.processors.base import ImageProcessor, OptionError
 from multimodal.prompt import PromptError
 from protos import vllm_engine_pb2 as pb
+
+log = logging.getLogger("mmgate.gateway")
 
 
 @dataclass
@@ -80,7 +84,8 @@ class ChatService:
             request_id=f"chatcmpl-{engine_request_id(request.request_id)}",
             tokenized=pb.TokenizedInput(input_ids=prompt.ids, original_text=prompt.text),
             sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
-            stream=True,
+            # a non-streamed reply needs only the final message (one Complete per choice)
+            stream=request.stream,
         )
         if prompt.mm_inputs is not None:
             generate.mm_inputs.CopyFrom(prompt.mm_inputs)
@@ -201,6 +206,9 @@ class _Run:
         self.usage = self.generation.usage
         self.id = generate.request_id
         self.created = int(time.time())
+        self._writer = ChunkWriter(
+            self.id, "chat.completion.chunk", self.created, service.model_name
+        )
 
     def _responses(self) -> AsyncIterator[tuple[Choice, bool]]:
         return self.generation.responses()
@@ -264,8 +272,11 @@ class _Run:
             if usage_at_end:
                 yield self._event([], self.usage.as_dict())
         except GatewayError as error:
-            yield f"data: {json.dumps(error_body(error.message, error.status, error.param))}\n\n"
-        yield "data: [DONE]\n\n"
+            yield sse.data(error_body(error.message, error.status, error.param))
+        except Exception:  # a bug must still end the stream cleanly, not cut it
+            log.exception("streamed chat completion failed")
+            yield sse.data(error_body("internal error while streaming", 500))
+        yield sse.DONE
 
     @property
     def _top(self) -> int:
@@ -282,13 +293,4 @@ class _Run:
         return Usage(self.usage.prompt_tokens, self.usage.cached_tokens, generated).as_dict()
 
     def _event(self, choices: list[dict], usage: dict | None = None) -> str:
-        body = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.service.model_name,
-            "choices": choices,
-        }
-        if usage is not None:
-            body["usage"] = usage
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+        return self._writer.chunk(choices, usage)

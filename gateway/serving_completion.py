@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 from tokenizers import Tokenizer
 
+from gateway import sse
 from gateway.detokenizer import decode_prompt
 from gateway.errors import GatewayError, check_model, error_body, parse_body
 from gateway.logprobs import Position, TokenTexts, completion_logprobs
@@ -20,8 +21,11 @@ from gateway.pool import WorkerPool
 from gateway.protocol import CompletionRequest
 from gateway.request_log import engine_request_id
 from gateway.sampling import SamplingError, max_tokens_for, to_proto, truncate_prompt
+from gateway.sse import ChunkWriter
 from gateway.streaming import Choice, Generation, Usage
 from protos import vllm_engine_pb2 as pb
+
+log = logging.getLogger("mmgate.gateway")
 
 
 class CompletionService:
@@ -107,7 +111,7 @@ class CompletionService:
             request_id=request_id,
             tokenized=pb.TokenizedInput(input_ids=ids),
             sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
-            stream=True,
+            stream=request.stream,  # non-streamed: one Complete per choice, every token in it
         )
 
 
@@ -126,6 +130,7 @@ class _Reply:
         self.token_texts = token_texts
         self.streamed_chars: dict[int, int] = {}
         self.created = int(time.time())
+        self._writer = ChunkWriter(self.id, "text_completion", self.created, model)
 
     def _usage(self) -> dict:
         total = Usage(
@@ -176,19 +181,13 @@ class _Reply:
                         )
             options = self.request.stream_options
             if options and options.include_usage:
-                yield self._data(
-                    {
-                        "id": self.id,
-                        "object": "text_completion",
-                        "created": self.created,
-                        "model": self.model,
-                        "choices": [],
-                        "usage": self._usage(),
-                    }
-                )
+                yield self._writer.chunk([], self._usage())
         except GatewayError as error:
-            yield self._data(error_body(error.message, error.status, error.param))
-        yield "data: [DONE]\n\n"
+            yield sse.data(error_body(error.message, error.status, error.param))
+        except Exception:  # a bug must still end the stream cleanly, not cut it
+            log.exception("streamed completion failed")
+            yield sse.data(error_body("internal error while streaming", 500))
+        yield sse.DONE
 
     def _logprobs(self, positions: list[Position]) -> dict | None:
         if self.request.logprobs is None:
@@ -210,18 +209,5 @@ class _Reply:
         self, index: int, text: str, finish: str | None, logprobs: dict | None = None
     ) -> str:
         self.streamed_chars[index] = self.streamed_chars.get(index, 0) + len(text)
-        return self._data(
-            {
-                "id": self.id,
-                "object": "text_completion",
-                "created": self.created,
-                "model": self.model,
-                "choices": [
-                    {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-                ],
-            }
-        )
-
-    @staticmethod
-    def _data(body: dict) -> str:
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        return self._writer.chunk([choice])

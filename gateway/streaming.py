@@ -38,9 +38,11 @@ class Choice:
     logprobs_sent: int = 0
 
     def on_chunk(self, chunk: pb.GenerateStreamChunk) -> None:
-        ids = list(chunk.token_ids)
+        self._take(list(chunk.token_ids), chunk.output_logprobs)
+
+    def _take(self, ids: list[int], logprobs: pb.OutputLogProbs) -> None:
         self.generated += len(ids)
-        self._collect_logprobs(chunk.output_logprobs)
+        self._collect_logprobs(logprobs)
         if self.held is not None:
             ids.insert(0, self.held)
             self.held = None
@@ -48,7 +50,11 @@ class Choice:
             self.held = ids.pop()
         self.text.update(ids)
 
-    def on_complete(self, complete: pb.GenerateComplete) -> None:
+    def on_complete(self, complete: pb.GenerateComplete, whole: bool = False) -> None:
+        """`whole`: a non-streamed call, whose Complete carries every token (otherwise it
+        repeats the last delta, already taken)."""
+        if whole:
+            self._take(list(complete.output_ids), complete.output_logprobs)
         self.finish_reason = complete.finish_reason or "stop"
         kind = complete.WhichOneof("matched_stop")
         self.stop_reason = getattr(complete, kind) if kind else None
@@ -179,8 +185,13 @@ class Generation:
             choice.on_chunk(response.chunk)
             return [(choice, False)]
         if response.HasField("complete"):
-            choice = self._choice(response.complete.index)
-            choice.on_complete(response.complete)
+            complete = response.complete
+            choice = self._choice(complete.index)
+            if not self.generate.stream:
+                self.usage.cached_tokens = complete.cached_tokens
+                if complete.output_ids and not self._first_token_at:
+                    self._first_token_at = time.perf_counter()
+            choice.on_complete(complete, whole=not self.generate.stream)
             return [(choice, True)]
         return []
 

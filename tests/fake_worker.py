@@ -47,13 +47,16 @@ class FakeServicer(pb_grpc.VllmEngineServicer):
 
     async def Generate(self, request, context):  # noqa: N802
         self.generate_calls += 1
-        for token in self.tokens:
-            yield pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[token]))
+        for token in self.tokens:  # as a real worker: deltas only when asked to stream
+            if request.stream:
+                yield pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[token]))
             await asyncio.sleep(0.01)
         if self.ending == "abort":
             await context.abort(grpc.StatusCode.UNAVAILABLE, "worker is shutting down")
         if self.ending == "complete":
-            done = pb.GenerateComplete(output_ids=self.tokens, finish_reason="length")
+            # streamed: the Complete repeats the last delta; else it carries every token
+            ids = self.tokens[-1:] if request.stream else self.tokens
+            done = pb.GenerateComplete(output_ids=ids, finish_reason="length")
             yield pb.GenerateResponse(complete=done)
 
 
