@@ -24,7 +24,7 @@ from gateway.protocol import UNTRUSTED_TEMPLATE, ChatCompletionRequest, ChatProm
 from gateway.request_log import engine_request_id
 from gateway.sampling import SamplingError, max_tokens_for, to_proto, truncate_prompt
 from gateway.sse import ChunkWriter
-from gateway.streaming import Choice, Generation, Usage
+from gateway.streaming import Choice, Generation, Usage, per_choice
 from gateway.worker import Worker
 from multimodal.errors import MediaError
 from multimodal.media import MediaPolicy, load_images
@@ -254,21 +254,10 @@ class _Run:
                         }
                     ]
                 )
-            async for choice, finished in self._responses():
-                delta = choice.text.release(finished=finished)
-                logprobs = self._stream_logprobs(choice)
-                if not delta and not finished and not logprobs:
-                    continue
-                entry = {
-                    "index": choice.index,
-                    "delta": {"content": delta} if delta else {},
-                    "logprobs": {"content": logprobs} if logprobs else None,
-                    "finish_reason": choice.finish_reason,
-                }
-                if finished:
-                    entry["stop_reason"] = choice.stop_reason
-                usage = self._running_usage() if continuous else None
-                yield self._event([entry], usage)
+            async for batch in self.generation.batches():
+                events = [self._delta_event(c, done, continuous) for c, done in per_choice(batch)]
+                if text := "".join(e for e in events if e):
+                    yield text
             if usage_at_end:
                 yield self._event([], self.usage.as_dict())
         except GatewayError as error:
@@ -277,6 +266,21 @@ class _Run:
             log.exception("streamed chat completion failed")
             yield sse.data(error_body("internal error while streaming", 500))
         yield sse.DONE
+
+    def _delta_event(self, choice: Choice, finished: bool, continuous: bool) -> str:
+        delta = choice.text.release(finished=finished)
+        logprobs = self._stream_logprobs(choice)
+        if not delta and not finished and not logprobs:
+            return ""
+        entry = {
+            "index": choice.index,
+            "delta": {"content": delta} if delta else {},
+            "logprobs": {"content": logprobs} if logprobs else None,
+            "finish_reason": choice.finish_reason if finished else None,
+        }
+        if finished:
+            entry["stop_reason"] = choice.stop_reason
+        return self._event([entry], self._running_usage() if continuous else None)
 
     @property
     def _top(self) -> int:

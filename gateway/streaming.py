@@ -8,6 +8,7 @@ leaves such a token out of the text.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import aclosing
@@ -75,6 +76,18 @@ class Choice:
         self.logprobs_sent = len(self.logprobs)
         context = [p.token for p in self.logprobs[max(0, start - 4) : start]]
         return self.logprobs[start:], context
+
+
+_END = object()
+
+
+def per_choice(batch: list[tuple[Choice, bool]]) -> list[tuple[Choice, bool]]:
+    """Each choice of a batch once, in order of first appearance, finished if any item was."""
+    seen: dict[int, tuple[Choice, bool]] = {}
+    for choice, finished in batch:
+        previous = seen.get(choice.index)
+        seen[choice.index] = (choice, finished or (previous is not None and previous[1]))
+    return list(seen.values())
 
 
 @dataclass
@@ -175,6 +188,38 @@ class Generation:
             )
         self.usage.completion_tokens = sum(c.generated for c in self.choices)
         self._observe()
+
+    async def batches(self) -> AsyncIterator[list[tuple[Choice, bool]]]:
+        """responses(), read ahead by a task: all that arrived while the caller was busy comes
+        as one batch, so a busy stream is written in fewer, larger pieces. When a batch is
+        handed out, the choices' state is that after its last item."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for item in self.responses():
+                    queue.put_nowait(item)
+                queue.put_nowait(_END)
+            except Exception as error:  # noqa: BLE001 - re-raised on the caller's side
+                queue.put_nowait(error)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                items = [await queue.get()]
+                while not queue.empty():
+                    items.append(queue.get_nowait())
+                done = items[-1] is _END or isinstance(items[-1], Exception)
+                batch = [item for item in items if isinstance(item, tuple)]
+                if batch:
+                    yield batch
+                if isinstance(items[-1], Exception):
+                    raise items[-1]
+                if done:
+                    return
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def _on_response(self, response: pb.GenerateResponse) -> list[tuple[Choice, bool]]:
         if response.HasField("chunk"):
