@@ -11,6 +11,7 @@ import time
 from collections import deque
 
 from gateway.errors import GatewayError
+from gateway.metrics import GaugesFrom
 
 
 class Admission:
@@ -57,6 +58,19 @@ class Admission:
                 f"no capacity within {self.queue_timeout:g} s; retry later", 503
             ) from None
         return time.perf_counter() - started
+
+    def collector(self) -> GaugesFrom:
+        """Queue depth and admitted requests for /metrics, read at scrape time."""
+        return GaugesFrom(
+            [
+                ("mmgate_queue_depth", "generation requests waiting for admission", []),
+                ("mmgate_admitted_requests", "generation requests admitted and running", []),
+            ],
+            lambda: {
+                "mmgate_queue_depth": [([], float(self.queue_depth))],
+                "mmgate_admitted_requests": [([], float(self.in_flight))],
+            },
+        )
 
     def leave(self) -> None:
         """Free a slot: handed straight to the first waiter, if any."""

@@ -18,7 +18,7 @@ from gateway.admin import admin_routes
 from gateway.admission import Admission
 from gateway.chat import ChatRenderer
 from gateway.errors import GatewayError, error_body, error_response
-from gateway.metrics import CONTENT_TYPE, GatewayMetrics, GaugesFrom
+from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
 from gateway.model_files import is_model_dir, unpack_bundle
 from gateway.pool import PoolOptions, WorkerPool
@@ -73,18 +73,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     metrics = GatewayMetrics()
     limits = config.admission
     admission = Admission(limits.max_in_flight, limits.max_queue, limits.queue_timeout)
-    metrics.watch(
-        GaugesFrom(
-            [
-                ("mmgate_queue_depth", "generation requests waiting for admission", []),
-                ("mmgate_admitted_requests", "generation requests admitted and running", []),
-            ],
-            lambda: {
-                "mmgate_queue_depth": [([], float(admission.queue_depth))],
-                "mmgate_admitted_requests": [([], float(admission.in_flight))],
-            },
-        )
-    )
+    metrics.watch(admission.collector())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -101,6 +90,13 @@ def create_app(config: GatewayConfig) -> FastAPI:
 
     app = FastAPI(title="mmgate", version=VERSION, lifespan=lifespan)
 
+    _routes(app, config, metrics)
+    app.include_router(admin_routes())
+    _middleware(app, config, metrics, admission)
+    return app
+
+
+def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> None:
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, error: GatewayError) -> JSONResponse:
         return error_response(error)
@@ -158,10 +154,6 @@ def create_app(config: GatewayConfig) -> FastAPI:
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
-
-    app.include_router(admin_routes())
-    _middleware(app, config, metrics, admission)
-    return app
 
 
 async def _model_dir(model: Path, pool: WorkerPool) -> Path:
