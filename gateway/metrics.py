@@ -108,8 +108,9 @@ class GatewayMetrics:
         paces it, so time per output token is decode_seconds / (longest_choice - 1)."""
         self.prompt_tokens.inc(prompt_tokens)
         self.generation_tokens.inc(output_tokens)
-        if ttft is not None:
-            self.ttft.observe(ttft)
+        if ttft is None:  # no token timings (a non-streamed call)
+            return
+        self.ttft.observe(ttft)
         if longest_choice > 1:
             self.tpot.observe(decode_seconds / (longest_choice - 1))
 

@@ -234,8 +234,6 @@ class Generation:
             choice = self._choice(complete.index)
             if not self.generate.stream:
                 self.usage.cached_tokens = complete.cached_tokens
-                if complete.output_ids and not self._first_token_at:
-                    self._first_token_at = time.perf_counter()
             choice.on_complete(complete, whole=not self.generate.stream)
             return [(choice, True)]
         return []
@@ -248,7 +246,9 @@ class Generation:
     def _observe(self) -> None:
         if self.metrics is None:
             return
-        first = self._first_token_at
+        # Token timings exist only for streamed calls; a final-only reply brings every token at
+        # once, so its TTFT would be its whole duration and its TPOT zero.
+        first = self._first_token_at if self.generate.stream else 0.0
         self.metrics.observe_generation(
             ttft=first - self._sent_at if first else None,
             decode_seconds=time.perf_counter() - first if first else 0.0,
