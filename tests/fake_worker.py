@@ -1,5 +1,6 @@
 """A VllmEngine worker that misbehaves on purpose, for what a real worker cannot be made to
-do on demand (end a stream without its Complete, die after a given number of tokens).
+do on demand (end a stream without its Complete, die after a given number of tokens, take a
+guaranteed long time per token).
 
 It answers the metadata RPCs with the facts of a real model directory (so the gateway starts
 normally) and streams `tokens` token ids then follows `ending`: "complete" (well-behaved),
@@ -20,8 +21,8 @@ from protos import vllm_engine_pb2_grpc as pb_grpc
 
 
 class FakeServicer(pb_grpc.VllmEngineServicer):
-    def __init__(self, model: Path, tokens: list[int], ending: str) -> None:
-        self.model, self.tokens, self.ending = model, tokens, ending
+    def __init__(self, model: Path, tokens: list[int], ending: str, delay: float) -> None:
+        self.model, self.tokens, self.ending, self.delay = model, tokens, ending, delay
         self.bundle = build_zip(model)
         self.generate_calls = 0
 
@@ -50,7 +51,7 @@ class FakeServicer(pb_grpc.VllmEngineServicer):
         for token in self.tokens:  # as a real worker: deltas only when asked to stream
             if request.stream:
                 yield pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[token]))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(self.delay)
         if self.ending == "abort":
             await context.abort(grpc.StatusCode.UNAVAILABLE, "worker is shutting down")
         if self.ending == "complete":
@@ -63,8 +64,10 @@ class FakeServicer(pb_grpc.VllmEngineServicer):
 class FakeWorker:
     """Runs a FakeServicer on its own event loop in a thread; `address` is host:port."""
 
-    def __init__(self, model: Path, tokens: list[int], ending: str = "complete") -> None:
-        self.servicer = FakeServicer(model, tokens, ending)
+    def __init__(
+        self, model: Path, tokens: list[int], ending: str = "complete", delay: float = 0.01
+    ) -> None:
+        self.servicer = FakeServicer(model, tokens, ending, delay)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

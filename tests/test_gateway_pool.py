@@ -16,6 +16,7 @@ import pytest
 from gateway.pool import PoolOptions, WorkerPool
 from protos import vllm_engine_pb2 as pb
 from tests.conftest import _worker
+from tests.fake_worker import FakeWorker
 from tests.gateway_process import GatewayProcess
 
 
@@ -222,26 +223,32 @@ def test_dns_names_are_followed(text_worker, worker_b):
     asyncio.run(run())
 
 
-def test_over_limit_load_is_refused_fast(text_model, text_worker, tmp_path):
-    limits = ["--max-in-flight", "2", "--max-queue", "2", "--queue-timeout", "1"]
-    gateway = start_gateway(text_model, [text_worker.address], tmp_path, *limits)
+def test_over_limit_load_is_refused_fast(text_model, tmp_path):
+    """Admission is the gateway's own: a worker whose generations surely outlast the test (a
+    fake one, 0.25 s per token) keeps the two slots busy however fast the machine is."""
+    worker = FakeWorker(text_model, list(range(300, 340)), delay=0.25)
+    limits = ["--max-in-flight", "2", "--max-queue", "2", "--queue-timeout", "5"]
+    gateway = start_gateway(text_model, [worker.address], tmp_path, *limits)
     try:
-        running = [Stream(gateway, max_tokens=600) for _ in range(2)]
+        running = [Stream(gateway, max_tokens=900) for _ in range(2)]
         for stream in running:
             assert stream.started.wait(60)
-        started = time.monotonic()
         queued = [Stream(gateway) for _ in range(2)]
-        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while "mmgate_queue_depth 2.0" not in httpx.get(f"{gateway.base_url}/metrics").text:
+            assert time.monotonic() < deadline, "the two requests never queued"
+            time.sleep(0.05)
         refused = httpx.post(
             f"{gateway.base_url}/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "x"}]},
             timeout=10,
         )
-        assert refused.status_code == 429 and time.monotonic() - started < 1.0
+        # refused at once: the queued ones are still waiting out their 5 s
+        assert refused.status_code == 429 and [s.status for s in queued] == [0, 0]
         assert "capacity" in refused.json()["error"]["message"]
         for stream in queued:
-            stream.thread.join(10)
-            assert stream.status == 503  # waited their second, then gave up
+            stream.thread.join(20)
+            assert stream.status == 503  # waited their 5 s, then gave up
         metrics = httpx.get(f"{gateway.base_url}/metrics").text
         assert 'mmgate_rejected_requests_total{reason="queue_full"} 1.0' in metrics
         assert 'mmgate_rejected_requests_total{reason="timeout"} 2.0' in metrics
@@ -249,6 +256,7 @@ def test_over_limit_load_is_refused_fast(text_model, text_worker, tmp_path):
             stream.stop.set()
     finally:
         gateway.stop()
+        worker.stop()
 
 
 def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tmp_path):
