@@ -130,14 +130,21 @@ class Stream:
         return "cut"
 
 
-def test_cache_aware_balances_an_overloaded_worker(text_model, text_worker, worker_b, tmp_path):
-    workers = [text_worker.address, worker_b.address]
+def test_cache_aware_balances_an_overloaded_worker(text_model, tmp_path):
+    """Routing is the gateway's own: two workers whose generations surely stay open while the
+    test looks (fakes, 0.25 s per token), all requests sharing one prefix."""
+    fakes = [FakeWorker(text_model, list(range(300, 340)), delay=0.25) for _ in range(2)]
     gateway = start_gateway(
-        text_model, workers, tmp_path, "--policy", "cache_aware", "--balance-threshold", "1"
+        text_model,
+        [fake.address for fake in fakes],
+        tmp_path,
+        "--policy",
+        "cache_aware",
+        "--balance-threshold",
+        "1",
     )
     try:
         system = system_prompt("hot-prefix")
-        chat(gateway, system, "warm up")
         streams = []
         for _ in range(4):  # all share the prefix; started one after the other
             streams.append(Stream(gateway, system))
@@ -146,8 +153,12 @@ def test_cache_aware_balances_an_overloaded_worker(text_model, text_worker, work
         for stream in streams:
             stream.stop.set()
         assert sorted(assigned.values()) == [2, 2], assigned  # not 4 on the prefix's home
+        metrics = httpx.get(f"{gateway.base_url}/metrics").text
+        assert 'outcome="imbalanced",policy="cache_aware"} 1.0' in metrics
     finally:
         gateway.stop()
+        for fake in fakes:
+            fake.stop()
 
 
 def test_workers_added_and_drained_at_runtime(text_model, text_worker, worker_b, tmp_path):
