@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from tokenizers import Tokenizer
 from gateway import sse
 from gateway.chat import ChatRenderer, ChatRequestError, RenderedChat
 from gateway.detokenizer import added_tokens
-from gateway.errors import GatewayError, check_model, error_body, parse_body
+from gateway.errors import GatewayError, check_model, parse_body
 from gateway.logprobs import TokenTexts, chat_content, chat_logprobs
 from gateway.metrics import GatewayMetrics
 from gateway.pool import WorkerPool
@@ -32,8 +31,6 @@ from multimodal.pipeline import PixelEncoding, prepare
 from multimodal.processors.base import ImageProcessor, OptionError
 from multimodal.prompt import PromptError
 from protos import vllm_engine_pb2 as pb
-
-log = logging.getLogger("mmgate.gateway")
 
 
 @dataclass
@@ -91,7 +88,7 @@ class ChatService:
             generate.mm_inputs.CopyFrom(prompt.mm_inputs)
         run = _Run(self, request, worker, generate, prompt.ids)
         if request.stream:
-            return StreamingResponse(run.sse(), media_type="text/event-stream")
+            return sse.event_stream(run.sse())
         return JSONResponse(await run.complete())
 
     async def prompt(self, request: ChatPromptFields, pixels: PixelEncoding) -> Prompt:
@@ -242,30 +239,23 @@ class _Run:
         options = self.request.stream_options
         usage_at_end = bool(options and options.include_usage)
         continuous = bool(options and options.continuous_usage_stats)
-        try:
-            for choice in self.choices:
-                yield self._event(
-                    [
-                        {
-                            "index": choice.index,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ]
-                )
-            async for batch in self.generation.batches():
-                events = [self._delta_event(c, done, continuous) for c, done in per_choice(batch)]
-                if text := "".join(e for e in events if e):
-                    yield text
-            if usage_at_end:
-                yield self._event([], self.usage.as_dict())
-        except GatewayError as error:
-            yield sse.data(error_body(error.message, error.status, error.param))
-        except Exception:  # a bug must still end the stream cleanly, not cut it
-            log.exception("streamed chat completion failed")
-            yield sse.data(error_body("internal error while streaming", 500))
-        yield sse.DONE
+        for choice in self.choices:
+            yield self._event(
+                [
+                    {
+                        "index": choice.index,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
+        async for batch in self.generation.batches():
+            events = [self._delta_event(c, done, continuous) for c, done in per_choice(batch)]
+            if text := "".join(e for e in events if e):
+                yield text
+        if usage_at_end:
+            yield self._event([], self.usage.as_dict())
 
     def _delta_event(self, choice: Choice, finished: bool, continuous: bool) -> str:
         delta = choice.text.release(finished=finished)

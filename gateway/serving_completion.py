@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,7 +13,7 @@ from tokenizers import Tokenizer
 
 from gateway import sse
 from gateway.detokenizer import decode_prompt
-from gateway.errors import GatewayError, check_model, error_body, parse_body
+from gateway.errors import GatewayError, check_model, parse_body
 from gateway.logprobs import Position, TokenTexts, completion_logprobs
 from gateway.metrics import GatewayMetrics
 from gateway.pool import WorkerPool
@@ -24,8 +23,6 @@ from gateway.sampling import SamplingError, max_tokens_for, to_proto, truncate_p
 from gateway.sse import ChunkWriter
 from gateway.streaming import Choice, Generation, Usage
 from protos import vllm_engine_pb2 as pb
-
-log = logging.getLogger("mmgate.gateway")
 
 
 class CompletionService:
@@ -68,7 +65,7 @@ class CompletionService:
         texts = [text for _ids, text in prompts]
         reply = _Reply(self.model_name, request_id, request, runs, texts, self.token_texts)
         if request.stream:
-            return StreamingResponse(reply.sse(), media_type="text/event-stream")
+            return sse.event_stream(reply.sse())
         await asyncio.gather(*(run.run() for run in runs))
         return JSONResponse(reply.body())
 
@@ -164,30 +161,23 @@ class _Reply:
         }
 
     async def sse(self) -> AsyncIterator[str]:
-        try:
-            for run, prompt in zip(self.runs, self.prompt_texts):
-                if self.request.echo:
-                    for choice in run.choices:
-                        yield self._event(choice.index, prompt, None)
-                async for choice, finished in run.responses():
-                    delta = choice.text.release(finished=finished)
-                    logprobs = self._stream_logprobs(choice)
-                    if delta or finished or logprobs:
-                        yield self._event(
-                            choice.index,
-                            delta,
-                            choice.finish_reason if finished else None,
-                            logprobs,
-                        )
-            options = self.request.stream_options
-            if options and options.include_usage:
-                yield self._writer.chunk([], self._usage())
-        except GatewayError as error:
-            yield sse.data(error_body(error.message, error.status, error.param))
-        except Exception:  # a bug must still end the stream cleanly, not cut it
-            log.exception("streamed completion failed")
-            yield sse.data(error_body("internal error while streaming", 500))
-        yield sse.DONE
+        for run, prompt in zip(self.runs, self.prompt_texts):
+            if self.request.echo:
+                for choice in run.choices:
+                    yield self._event(choice.index, prompt, None)
+            async for choice, finished in run.responses():
+                delta = choice.text.release(finished=finished)
+                logprobs = self._stream_logprobs(choice)
+                if delta or finished or logprobs:
+                    yield self._event(
+                        choice.index,
+                        delta,
+                        choice.finish_reason if finished else None,
+                        logprobs,
+                    )
+        options = self.request.stream_options
+        if options and options.include_usage:
+            yield self._writer.chunk([], self._usage())
 
     def _logprobs(self, positions: list[Position]) -> dict | None:
         if self.request.logprobs is None:

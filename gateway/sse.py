@@ -7,9 +7,17 @@ response instead of once per token (the stream's per-token cost is what a gatewa
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
+from fastapi.responses import StreamingResponse
+
+from gateway.errors import GatewayError, error_body
+
 DONE = "data: [DONE]\n\n"
+log = logging.getLogger("mmgate.gateway")
 
 
 def dumps(value: Any) -> str:
@@ -29,3 +37,22 @@ class ChunkWriter:
         """The same text as data({...fixed, "choices": choices[, "usage": usage]})."""
         tail = f', "usage": {dumps(usage)}' if usage is not None else ""
         return f"{self._head}{dumps(choices)}{tail}}}\n\n"
+
+
+async def _framed(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """`events`, then [DONE]. A failure ends the stream with an error event before [DONE]
+    (a bug too: the client gets a clean end, never a cut connection)."""
+    try:
+        async with aclosing(events) as stream:
+            async for event in stream:
+                yield event
+    except GatewayError as error:
+        yield data(error_body(error.message, error.status, error.param))
+    except Exception:
+        log.exception("a streamed response failed")
+        yield data(error_body("internal error while streaming", 500))
+    yield DONE
+
+
+def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(_framed(events), media_type="text/event-stream")
