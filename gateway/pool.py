@@ -41,6 +41,7 @@ class PoolOptions:
     dns_interval: float = 10.0
     balance_threshold: int = 8
     cache_threshold: float = 0.5
+    stream_client: str = "mmgate"
 
 
 @asynccontextmanager
@@ -91,6 +92,7 @@ class WorkerPool:
             url,
             HealthGate(o.health_fall, o.health_rise),
             CircuitBreaker(o.breaker_failures, o.breaker_cooldown),
+            o.stream_client,
         )
         self.workers[url] = worker
         return worker

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import grpc
 
+from gateway.grpc_stream import StreamChannel
 from gateway.worker_health import CircuitBreaker, HealthGate
 from multimodal.pipeline import PixelEncoding
 from protos import common_pb2
@@ -22,6 +24,9 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
+# Which client streams Generate: our event-loop HTTP/2 client (gateway.grpc_stream), or grpc.aio.
+STREAM_CLIENTS = ("mmgate", "grpcio")
 
 
 @dataclass
@@ -75,12 +80,21 @@ WORKER_FAULTS = frozenset(
 
 class Worker:
     def __init__(
-        self, url: str, health: HealthGate | None = None, breaker: CircuitBreaker | None = None
+        self,
+        url: str,
+        health: HealthGate | None = None,
+        breaker: CircuitBreaker | None = None,
+        stream_client: str = "mmgate",
     ) -> None:
+        if stream_client not in STREAM_CLIENTS:
+            raise ValueError(
+                f"stream client must be one of {STREAM_CLIENTS}, got {stream_client!r}"
+            )
         self.url = url
         self.address = parse_address(url)
         self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.VllmEngineStub(self._channel)
+        self._streams = StreamChannel(self.address) if stream_client == "mmgate" else None
         self.facts: WorkerFacts | None = None
         self.health = health or HealthGate()
         self.breaker = breaker or CircuitBreaker()
@@ -141,13 +155,27 @@ class Worker:
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
         """Stream the worker's responses; a caller that stops iterating cancels the call,
         which makes the worker abort the request in its engine."""
-        call = self.stub.Generate(request)
         self.in_flight += 1
+        try:
+            if self._streams is None:
+                async for response in self._generate_grpcio(request):
+                    yield response
+                return
+            messages = self._streams.stream(GENERATE_PATH, request.SerializeToString())
+            async with aclosing(messages):
+                async for message in messages:
+                    yield pb.GenerateResponse.FromString(message)
+        finally:
+            self.in_flight -= 1
+
+    async def _generate_grpcio(
+        self, request: pb.GenerateRequest
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        call = self.stub.Generate(request)
         try:
             async for response in call:
                 yield response
         finally:
-            self.in_flight -= 1
             call.cancel()
 
     async def embed(self, request: pb.EmbedRequest, timeout: float = 300.0) -> pb.EmbedResponse:
@@ -169,4 +197,6 @@ class Worker:
         return b"".join(c.data for c in chunks), chunks[-1].sha256 if chunks else ""
 
     async def close(self) -> None:
+        if self._streams is not None:
+            await self._streams.close()
         await self._channel.close()
