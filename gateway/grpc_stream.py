@@ -189,7 +189,7 @@ class _Connection(asyncio.Protocol):
         self.decoder = Decoder()
         self.buffer = b""
         self.header_block: tuple[int, int, bytearray] | None = None  # stream, flags, fragments
-        self.out: list[bytes] = []
+        self.out: list[bytes | memoryview] = []
         self.send_window = 65535
         self.peer_initial_window = 65535
         self.peer_max_frame = 16384
@@ -407,7 +407,7 @@ class _Connection(asyncio.Protocol):
 
     def flush(self) -> None:
         if self.out and not self.closed and self.transport is not None:
-            self.transport.write(b"".join(self.out))
+            self.transport.writelines(self.out)
         self.out.clear()
 
     @property
@@ -443,7 +443,9 @@ class _Connection(asyncio.Protocol):
             if size <= 0:
                 break
             flags = END_STREAM if pos + size == end else 0
-            self.out.append(frame(DATA, flags, stream.id, bytes(body[pos : pos + size])))
+            # Header and a view of the payload: the pixels are not copied before the socket.
+            self.out.append(FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, flags, stream.id))
+            self.out.append(body[pos : pos + size])
             self.send_window -= size
             stream.send_window -= size
             pos += size
