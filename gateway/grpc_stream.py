@@ -414,12 +414,16 @@ class _Connection(asyncio.Protocol):
     def accepting(self) -> bool:
         return not (self.closed or self.going_away) and self.next_id < MAX_STREAM_ID - 2
 
-    async def open(self, path: str, payload: bytes) -> _Stream:
-        """Start a call: headers and as much of the message as the peer's windows allow."""
+    async def wait_for_slot(self) -> None:
+        """Until the server's SETTINGS_MAX_CONCURRENT_STREAMS leaves room for one more."""
         while len(self.streams) >= self.peer_max_streams and self.accepting:
             waiter = asyncio.get_running_loop().create_future()
             self.slot_waiters.append(waiter)
             await waiter
+
+    def open(self, path: str, payload: bytes) -> tuple[_Stream, memoryview, int]:
+        """Start a call: headers and as much of the message as the peer's windows allow now.
+        Returns the stream, the framed message and how much of it went out."""
         if not self.accepting:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, "connection to the worker is closing")
         stream = _Stream(self.next_id, self.peer_initial_window)
@@ -432,9 +436,7 @@ class _Connection(asyncio.Protocol):
         body = memoryview(b"\x00" + len(payload).to_bytes(4, "big") + payload)
         sent = self._send_data(stream, body)
         self.flush()
-        if sent < len(body):
-            await self._send_rest(stream, body, sent)
-        return stream
+        return stream, body, sent
 
     def _send_data(self, stream: _Stream, body: memoryview, start: int = 0) -> int:
         pos, end = start, len(body)
@@ -451,7 +453,8 @@ class _Connection(asyncio.Protocol):
             pos += size
         return pos
 
-    async def _send_rest(self, stream: _Stream, body: memoryview, sent: int) -> None:
+    async def send_rest(self, stream: _Stream, body: memoryview, sent: int) -> None:
+        """The rest of a message larger than the peer's windows, as they open."""
         while sent < len(body) and not stream.done and not self.closed:
             waiter = asyncio.get_running_loop().create_future()
             self.window_waiters.append(waiter)
@@ -512,8 +515,11 @@ class StreamChannel:
         (it may still count one that just ended against its concurrency limit) is sent again."""
         for attempt in range(REFUSED_RETRIES + 1):
             connection = await self._connect()
-            stream = await connection.open(path, payload)
+            await connection.wait_for_slot()
+            stream, body, sent = connection.open(path, payload)
             try:
+                if sent < len(body):
+                    await connection.send_rest(stream, body, sent)
                 while True:
                     if stream.messages:
                         messages, stream.messages = stream.messages, []

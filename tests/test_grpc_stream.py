@@ -173,6 +173,28 @@ def test_closing_the_iterator_cancels_the_call_on_the_server():
     run(main())
 
 
+def test_a_caller_cancelled_while_its_request_is_still_sending_leaves_nothing_open():
+    async def main():
+        streamer = Streamer()
+        server, address = await start_server(streamer)
+        channel = StreamChannel(address)
+        try:
+            payload = request(count=1, pad=200_000_000)  # takes a while at window pace
+            reader = asyncio.create_task(collect(channel, payload))
+            await asyncio.sleep(0.05)
+            reader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reader
+            assert channel._connection.streams == {}  # reset and forgotten, not half sent
+            assert len(await collect(channel, request(count=2))) == 2
+            assert streamer.received == [len(request(count=2))]
+        finally:
+            await channel.close()
+            await server.stop(None)
+
+    run(main())
+
+
 def test_many_concurrent_streams_under_a_max_concurrent_streams_setting():
     async def main():
         server, address = await start_server(
