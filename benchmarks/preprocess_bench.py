@@ -1,13 +1,16 @@
 """Time image preprocessing (decode + processor) against transformers' image processors.
 
-    python -m benchmarks.preprocess_bench [--quick] [--json FILE]
+    python -m benchmarks.preprocess_bench [--quick] [--repeats N] [--family NAME] [--json FILE]
 
 For Qwen2.5-VL, LLaVA-1.5 and LLaVA-NeXT (model dirs written to a temp dir: configs,
 tokenizer, preprocessor config, no weights; Qwen2.5-VL with its real pixel limits) and a
 synthetic photo-like image per size, encoded once as JPEG (quality 90) and PNG, it times:
 
-* decode: ``multimodal.decode.decode_image(bytes)``, the same conversion vLLM does;
-* ours u8 / ours f32: decode + ``processor.process(..., raw_pixels=True / False)``;
+* decode: ``multimodal.decode.decode_pixels(bytes)``, the gateway's decode: vLLM's pixels,
+  JPEGs decoded by libjpeg-turbo straight into a numpy array (``--no-fast-jpeg``: Pillow's path
+  for every format, as ``decode_image``);
+* ours u8 / ours f32: decode + ``processor.process(..., raw_pixels=True / False)`` on its
+  pixels as the pipeline hands them over (``LoadedImage.pixels``);
 * HF u8 / HF f32: vLLM's ``ImageMediaIO().load_bytes(bytes)`` (our decode if vLLM is not
   installed) + ``AutoImageProcessor.from_pretrained(dir)(images=[img], return_tensors="np")``,
   with ``do_rescale=False, do_normalize=False`` for u8 (what vLLM calls when the engine
@@ -49,8 +52,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 
-from multimodal import native  # noqa: E402
-from multimodal.decode import decode_image  # noqa: E402
+from multimodal import decode, native  # noqa: E402
+from multimodal.decode import decode_image, decode_pixels  # noqa: E402
 from multimodal.policy import MediaPolicy  # noqa: E402
 from multimodal.registry import processor_for  # noqa: E402
 
@@ -192,7 +195,13 @@ def vllm_loader() -> tuple[Callable[[bytes], Image.Image], str]:
     return (lambda data: media_io.load_bytes(data).media), "vllm ImageMediaIO().load_bytes"
 
 
-def ours(processor, image: Image.Image, raw: bool) -> np.ndarray:
+def our_decode(data: bytes) -> Image.Image | np.ndarray:
+    """The gateway's decode (multimodal.media): an RGB array for JPEGs, else a PIL image."""
+    return decode_pixels(data, POLICY)[0]
+
+
+def ours(processor, image: Image.Image | np.ndarray, raw: bool) -> np.ndarray:
+    # np.asarray as LoadedImage.pixels does it: a copy for PIL images, none for arrays.
     return processor.process([np.asarray(image)], {}, raw_pixels=raw).tensors["pixel_values"]
 
 
@@ -203,12 +212,12 @@ def theirs(image_processor, image: Image.Image, raw: bool) -> np.ndarray:
 
 def variants(processor, image_processor, load, data: bytes) -> dict[str, Callable[[], object]]:
     """Every timed variant for one encoded image, as calls without arguments."""
-    ours_image = decode_image(data, POLICY)  # the processor-only variants start decoded
+    ours_image = our_decode(data)  # the processor-only variants start decoded
     hf_image = load(data)
     fns = {
-        "decode": lambda: decode_image(data, POLICY),
-        "ours_u8": lambda: ours(processor, decode_image(data, POLICY), True),
-        "ours_f32": lambda: ours(processor, decode_image(data, POLICY), False),
+        "decode": lambda: our_decode(data),
+        "ours_u8": lambda: ours(processor, our_decode(data), True),
+        "ours_f32": lambda: ours(processor, our_decode(data), False),
         "hf_u8": lambda: theirs(image_processor, load(data), True),
         "hf_f32": lambda: theirs(image_processor, load(data), False),
         "ours_proc_u8": lambda: ours(processor, ours_image, True),
@@ -283,8 +292,9 @@ def bench_family(
 _WORKER: dict[str, object] = {}
 
 
-def _init_worker(model_dir: str) -> None:
+def _init_worker(model_dir: str, fast_jpeg: bool) -> None:
     _WORKER["processor"] = processor_for(Path(model_dir))
+    decode.FAST_JPEG = fast_jpeg  # --no-fast-jpeg reaches the spawned processes too
 
 
 SPIN_LOOPS = 200_000  # ~5-10 ms of pure-Python work
@@ -301,9 +311,9 @@ def _worker_run(data: bytes, variant: str) -> tuple[int, ...]:
     # Returns only the shape: the processes' compute is measured, not shipping tensors back.
     if variant == "spin":  # holds the GIL throughout: the reference for "does not scale"
         return (_spin(),)
-    image = decode_image(data, POLICY)
+    image = our_decode(data)
     if variant == "decode":
-        return image.size
+        return np.shape(image)
     return ours(_WORKER["processor"], image, variant == "ours_u8").shape
 
 
@@ -313,7 +323,7 @@ def bench_concurrency(model_dir: Path, data: bytes, repeats: int, images: int) -
     A pure-Python loop runs the same way as a yardstick: it cannot scale on threads (GIL), and
     its 2-process speed-up shows how much of the second core was free during the run.
     """
-    _init_worker(str(model_dir))
+    _init_worker(str(model_dir), decode.FAST_JPEG)
     threads1 = futures.ThreadPoolExecutor(1)
     threads2 = futures.ThreadPoolExecutor(2)
     # spawn: the parent has torch's and vLLM's threads running, which fork does not carry over.
@@ -321,7 +331,7 @@ def bench_concurrency(model_dir: Path, data: bytes, repeats: int, images: int) -
         2,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_init_worker,
-        initargs=(str(model_dir),),
+        initargs=(str(model_dir), decode.FAST_JPEG),
     )
     pools = {"1 thread": threads1, "2 threads": threads2, "2 processes": procs2}
     rows = []
@@ -456,8 +466,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds, 2 sizes")
     parser.add_argument("--json", type=Path, help="also write every run's timings here")
+    parser.add_argument("--repeats", type=int, help="rounds per case (default 5, --quick 2)")
+    parser.add_argument(
+        "--family", action="append", choices=FAMILIES, help="only these (repeatable)"
+    )
+    parser.add_argument(
+        "--no-fast-jpeg", action="store_true", help="decode JPEGs with Pillow too (as before)"
+    )
     args = parser.parse_args()
-    repeats = 2 if args.quick else 5
+    repeats = args.repeats or (2 if args.quick else 5)
+    decode.FAST_JPEG = decode.FAST_JPEG and not args.no_fast_jpeg
     sizes = QUICK_SIZES if args.quick else SIZES
     started = time.perf_counter()
 
@@ -472,6 +490,7 @@ def main() -> None:
         f"transformers {info['transformers']}; native kernels: {info['native_kernels']}"
     )
     print(f"single thread; median of {repeats} interleaved rounds; HF decode: {load_name}")
+    print(f"our decode: multimodal.decode.decode_pixels, JPEG fast path {decode.FAST_JPEG}")
     print(f"load average at start (1/5/15 min): {load_average()}")
 
     encoded = {}
@@ -485,11 +504,13 @@ def main() -> None:
         "repeats": repeats,
         "statistic": "median",
         "hf_decode": load_name,
+        "fast_jpeg": decode.FAST_JPEG,
         "load_average": load_average(),
         "families": {},
     }
     with tempfile.TemporaryDirectory(prefix="preprocess-bench-") as tmp:
-        dirs = {name: build(Path(tmp) / name.lower()) for name, build in FAMILIES.items()}
+        families = args.family or list(FAMILIES)
+        dirs = {name: FAMILIES[name](Path(tmp) / name.lower()) for name in families}
         for name, model_dir in dirs.items():
             rows = bench_family(name, model_dir, encoded, load, repeats)
             report["families"][name] = rows
@@ -498,6 +519,8 @@ def main() -> None:
             print(f"\n{name}, processor only (decoded image in):\n")
             print(processor_table(rows))
 
+        if "Qwen2.5-VL" not in dirs:
+            return finish(report, started, args.json)
         width, height = CONCURRENCY_SIZE
         data = encoded.get(((width, height), "JPEG")) or encode(photo_like(width, height), "JPEG")
         images = 6 if args.quick else 12
@@ -510,12 +533,15 @@ def main() -> None:
             f"(best and median of {repeats} batches; load average at start {load})\n"
         )
         print(concurrency_table(rows))
+    finish(report, started, args.json)
 
+
+def finish(report: dict[str, object], started: float, path: Path | None) -> None:
     elapsed = time.perf_counter() - started
     report["elapsed_s"] = elapsed
     print(f"\n{elapsed:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
+    if path:
+        path.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

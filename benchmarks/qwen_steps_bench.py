@@ -2,11 +2,14 @@
 
     python -m benchmarks.qwen_steps_bench [--size 1280x960] [--repeats 21]
 
-Times, single-threaded and interleaved (median and min of the rounds): the JPEG decode, the
-PIL-to-numpy copy, the native resize passes alone (width only, height only, both), the native
-resize fused with the patch layout (uint8 and normalized float32, what the processor runs), and
-for comparison numpy's resize and _patchify (the fallback).  Outputs are preallocated where the
-API allows, so page faults of fresh output arrays show only in the processor rows.
+Times, single-threaded and interleaved (median and min of the rounds): the JPEG decode (the
+gateway's ``decode_pixels``: libjpeg-turbo straight into an RGB array, and Pillow's path as
+vLLM decodes, with the PIL-to-numpy copy after it), the whole of bytes to patches through the
+gateway's path (decode_pixels + processor, uint8 and float32), the native resize passes alone
+(width only, height only, both), the native resize fused with the patch layout (uint8 and
+normalized float32, what the processor runs), and for comparison numpy's resize and _patchify
+(the fallback).  Outputs are preallocated where the API allows, so page faults of fresh output
+arrays show only in the processor rows.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from benchmarks.preprocess_bench import (  # noqa: E402
     load_average,
     photo_like,
 )
-from multimodal import native  # noqa: E402
-from multimodal.decode import decode_image  # noqa: E402
+from multimodal import decode, native  # noqa: E402
+from multimodal.decode import decode_image, decode_pixels  # noqa: E402
 from multimodal.processors.qwen_vl import QwenVLProcessor, QwenVLSettings, smart_resize  # noqa: E402
 from multimodal.resize import resize  # noqa: E402
 
@@ -67,9 +70,17 @@ def steps(width: int, height: int) -> dict[str, Callable[[], object]]:
     both = np.empty((out_h, out_w, 3), np.uint8)
     resized = resize(image, out_h, out_w)
     pil = decode_image(data, POLICY)
+    assert isinstance(decode_pixels(data, POLICY)[0], np.ndarray) == decode.FAST_JPEG
+
+    def bytes_to_patches(raw: bool) -> object:
+        return processor.process([np.asarray(decode_pixels(data, POLICY)[0])], {}, raw)
+
     return {
-        "decode (JPEG)": lambda: decode_image(data, POLICY),
+        "decode (JPEG), decode_pixels": lambda: decode_pixels(data, POLICY),
+        "decode (JPEG), Pillow (decode_image)": lambda: decode_image(data, POLICY),
         "np.asarray(PIL image)": lambda: np.asarray(pil),
+        "bytes -> u8 patches (decode_pixels + proc)": lambda: bytes_to_patches(True),
+        "bytes -> f32 patches (decode_pixels + proc)": lambda: bytes_to_patches(False),
         "native width pass only": lambda: _kernels.resize(
             image, height, width, 3, wide, height, out_w, h_axis, None
         ),
@@ -99,7 +110,10 @@ def main() -> None:
     for fn in fns.values():  # warm-up: weight tables, allocator
         fn()
     runs = interleaved(fns, args.repeats)
-    print(f"{width}x{height}, kernels {native.simd_level()}, load average {load_average()}")
+    print(
+        f"{width}x{height}, kernels {native.simd_level()}, JPEG fast path {decode.FAST_JPEG}, "
+        f"load average {load_average()}"
+    )
     print(f"ms, median / min of {args.repeats} interleaved rounds")
     for name, times in runs.items():
         print(f"{name:40} {statistics.median(times):7.2f} / {min(times):6.2f}")

@@ -1,4 +1,4 @@
-"""Load client-supplied images: source string -> raw bytes -> RGB ``PIL.Image``.
+"""Load client-supplied images: source string -> raw bytes -> RGB pixels.
 
 Sources are ``http(s)://`` URLs, ``data:image/...;base64,`` URIs and, only when the operator
 configured a root directory, ``file://`` paths under it. Everything treats the source as
@@ -22,9 +22,10 @@ from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 import httpx
+import numpy as np
 from PIL import Image
 
-from multimodal.decode import decode_image, decode_with_mime
+from multimodal.decode import decode_image, decode_pixels
 from multimodal.errors import (
     MediaError,
     MediaFetchError,
@@ -49,10 +50,24 @@ __all__ = [
 class LoadedImage:
     """A decoded image and the exact bytes it came from (the input of the content hash)."""
 
-    image: Image.Image  # mode "RGB", EXIF orientation applied
+    # RGB, EXIF orientation applied: a PIL image in mode "RGB", or the same pixels as an HxWx3
+    # uint8 array when decode_pixels decoded a JPEG straight into numpy.
+    decoded: Image.Image | np.ndarray
     data: bytes
     source_kind: str  # "http" | "data" | "file"
     mime: str | None  # sniffed from the bytes, not the (client-controlled) declared type
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """HxWx3 uint8 RGB; no copy when the image was decoded into an array."""
+        return np.asarray(self.decoded)
+
+    @property
+    def image(self) -> Image.Image:
+        """The image as PIL (built on demand when it was decoded into an array)."""
+        if isinstance(self.decoded, Image.Image):
+            return self.decoded
+        return Image.fromarray(self.decoded)
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,8 +176,8 @@ def _source_kind(source: str) -> str:
 
 
 def _decoded(data: bytes, source_kind: str, policy: MediaPolicy) -> LoadedImage:
-    image, mime = decode_with_mime(data, policy)
-    return LoadedImage(image=image, data=data, source_kind=source_kind, mime=mime)
+    decoded, mime = decode_pixels(data, policy)
+    return LoadedImage(decoded=decoded, data=data, source_kind=source_kind, mime=mime)
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,8 +6,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from multimodal.hashing import item_hash, settings_fingerprint
 from multimodal.media import LoadedImage
 from multimodal.processors.base import ImageProcessor, ProcessedImages
@@ -51,7 +49,7 @@ def prepare(
 ) -> Prepared:
     """CPU-bound: callers on an event loop run it in a worker thread."""
     resolved = processor.resolve_options(options)
-    processed = processor.process([np.asarray(i.image) for i in images], resolved, encoding.raw)
+    processed = processor.process([i.pixels for i in images], resolved, encoding.raw)
     ids, ranges = expand(prompt_ids, processor.anchor_token_id, processed.replacements)
     fingerprint = settings_fingerprint(processor.family, resolved, encoding.name)
     hashes = [item_hash(i.data, fingerprint) for i in images]

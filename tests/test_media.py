@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from PIL import ExifTags, Image
 
+from multimodal.decode import decode_pixels, decode_with_mime
 from multimodal.errors import (
     MediaDecodeError,
     MediaError,
@@ -564,6 +565,15 @@ def test_decode_matches_vllm(vllm_image_io, name):
     assert ours.mode == theirs.mode == "RGB"
     assert ours.size == theirs.size
     assert np.array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+@pytest.mark.parametrize("name", list(DECODE_CASES))
+def test_decode_pixels_matches_vllm(vllm_image_io, name):
+    # The pipeline's decode (JPEGs straight into an array where that gives the same pixels).
+    ours, mime = decode_pixels(DECODE_CASES[name], MediaPolicy())
+    theirs = np.asarray(vllm_image_io.load_bytes(DECODE_CASES[name]).media)
+    assert np.array_equal(np.asarray(ours), theirs)
+    assert mime == decode_with_mime(DECODE_CASES[name], MediaPolicy())[1]
 
 
 def test_decode_semantics_pinned():

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from multimodal.decode import decode_image
+from multimodal.decode import decode_pixels
 from multimodal.policy import MediaPolicy
 from multimodal.registry import processor_for
 
@@ -83,7 +83,9 @@ def test_committed_image_matches_vllm_then_transformers(variant, vllm_decode, pa
     theirs_image = vllm_decode(data)
     extra = {"do_rescale": False, "do_normalize": False} if raw else {}
     want = hf(images=[theirs_image], return_tensors="np", **extra)
-    got = ours.process([np.asarray(decode_image(data, MediaPolicy()))], {}, raw_pixels=raw)
+    # The gateway's decode: libjpeg-turbo straight into an array for the JPEGs.
+    pixels = np.asarray(decode_pixels(data, MediaPolicy())[0])
+    got = ours.process([pixels], {}, raw_pixels=raw)
     assert np.array_equal(got.tensors["image_grid_thw"], want["image_grid_thw"])
     diff = np.abs(got.tensors["pixel_values"].astype(np.float64) - want["pixel_values"])
     assert got.tensors["pixel_values"].dtype == want["pixel_values"].dtype
