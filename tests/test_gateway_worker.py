@@ -21,15 +21,20 @@ def long_request(request_id: str) -> pb.GenerateRequest:
     )
 
 
-def test_facts_and_a_streamed_generation(text_worker, text_model):
+GREEDY_TOKENS: dict[str, list[int]] = {}
+CLIENTS = pytest.mark.parametrize("client", ["mmgate", "grpcio"])
+
+
+@CLIENTS
+def test_facts_and_a_streamed_generation(text_worker, text_model, client):
     async def run():
-        worker = Worker(f"grpc://{text_worker.address}")
+        worker = Worker(f"grpc://{text_worker.address}", stream_client=client)
         facts = await worker.connect()
         assert facts.model_path == str(text_model) and facts.is_generation
         assert facts.max_context_length == 1024 and not facts.supports_vision
         assert facts.eos_token_ids == [3002, 3000]
         assert await worker.check_health()
-        request = long_request("w-1")
+        request = long_request(f"w-1-{client}")
         request.sampling_params.max_tokens = 8
         tokens = [
             t
@@ -43,13 +48,17 @@ def test_facts_and_a_streamed_generation(text_worker, text_model):
 
     tokens, (bundle, digest) = asyncio.run(run())
     assert len(tokens) == 8
+    # Greedy decoding of the same prompt: both clients must hand over the same tokens.
+    GREEDY_TOKENS.setdefault("tokens", tokens)
+    assert tokens == GREEDY_TOKENS["tokens"]
     assert bundle[:2] == b"PK" and hashlib.sha256(bundle).hexdigest() == digest
 
 
-def test_abandoning_a_stream_frees_the_engine(text_worker):
+@CLIENTS
+def test_abandoning_a_stream_frees_the_engine(text_worker, client):
     async def run():
-        worker = Worker(f"grpc://{text_worker.address}")
-        async for response in worker.generate(long_request("w-abandon")):
+        worker = Worker(f"grpc://{text_worker.address}", stream_client=client)
+        async for response in worker.generate(long_request(f"w-abandon-{client}")):
             if response.HasField("chunk"):
                 break  # the client went away
         await worker.close()
