@@ -25,7 +25,9 @@ class BundleError(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("MMGATE_CACHE") or Path.home() / ".cache" / "mmgate")
+    """`$MMGATE_CACHE` (default ~/.cache/mmgate); tiny test models live in its `models/`."""
+    env = os.environ.get("MMGATE_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "mmgate"
 
 
 def is_model_dir(path: Path) -> bool:
