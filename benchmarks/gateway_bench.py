@@ -245,18 +245,21 @@ def start_stack(
     stack = Stack(
         workdir, model, address, {}, {"worker": launch("worker", worker_cmd, workdir)}, capture_dir
     )
-    wait_until(lambda: worker_ready(address), stack.services["worker"])
-    for name in gateways:
-        port = free_port()
-        stack.bases[name] = f"http://127.0.0.1:{port}"
-        if name == "ours":
-            stack.services[name] = launch(
-                name, ours_cmd(model, address, port), workdir, config.ours_env
-            )
-        else:
-            stack.services[name] = launch(name, smg_cmd(address, port, smg_template), workdir)
-    for name in gateways:
-        wait_until(lambda name=name: models_ready(stack.bases[name]), stack.services[name])
+    try:
+        wait_until(lambda: worker_ready(address), stack.services["worker"])
+        for name in gateways:
+            port = free_port()
+            stack.bases[name] = f"http://127.0.0.1:{port}"
+            if name == "ours":
+                command = ours_cmd(model, address, port)
+                stack.services[name] = launch(name, command, workdir, config.ours_env)
+            else:
+                stack.services[name] = launch(name, smg_cmd(address, port, smg_template), workdir)
+        for name in gateways:
+            wait_until(lambda name=name: models_ready(stack.bases[name]), stack.services[name])
+    except BaseException:
+        stop_stack(stack)  # a gateway that fails to start must not leave the worker behind
+        raise
     return stack
 
 
