@@ -49,7 +49,7 @@ class GatewayMetrics:
         )
         self.preprocess = Histogram(
             "mmgate_preprocess_duration_seconds",
-            "image work per request: fetch (download and decode) and process (to tensors)",
+            "image work per request: fetch (downloads) and process (decode, then tensors)",
             ["stage"],
             buckets=PREPROCESS_BUCKETS,
             registry=r,

@@ -41,6 +41,10 @@ __all__ = [
     "MediaPolicy",
     "create_http_client",
     "decode_image",
+    "decode_source",
+    "decode_sources",
+    "download",
+    "download_all",
     "load_image",
     "load_images",
 ]
@@ -83,19 +87,9 @@ async def load_image(
     at connect time; any other client only gets the pre-request check (see ``fetch.fetch``).
     Without a client, a guarded one is created for this call.
     """
-    kind = _source_kind(source)
+    downloaded = await download(source, policy, client)
     # Base64 decoding, file reads and image decoding are blocking; keep them off the loop.
-    if kind == "data":
-        return await asyncio.to_thread(_load_data_uri, source, policy)
-    if kind == "file":
-        return await asyncio.to_thread(_load_file_url, source, policy)
-
-    if client is not None:
-        data = await fetch(source, policy, client)
-    else:
-        async with create_http_client(policy) as own_client:
-            data = await fetch(source, policy, own_client)
-    return await asyncio.to_thread(_decoded, data, "http", policy)
+    return await asyncio.to_thread(decode_source, source, downloaded, policy)
 
 
 async def load_images(
@@ -105,39 +99,89 @@ async def load_images(
     *,
     max_concurrency: int = 8,
 ) -> list[LoadedImage]:
-    """Load several images concurrently, in order; a failure carries its ``index``.
+    """Load several images concurrently (each decoded in its own worker thread), in order; a
+    failure carries its ``index``. On the first failure the remaining loads are cancelled,
+    because the request is going to be rejected anyway and their downloads would only waste
+    bandwidth and memory."""
+    return await _each_or_fail_fast(sources, policy, client, load_image, max_concurrency)
 
-    On the first failure the remaining loads are cancelled, because the request is going to be
-    rejected anyway and their downloads would only waste bandwidth and memory.
-    """
+
+async def download(
+    source: str, policy: MediaPolicy, client: httpx.AsyncClient | None = None
+) -> bytes | None:
+    """The bytes of an ``http(s)`` source, downloaded under the policy; ``None`` for ``data:``
+    and ``file:`` sources, whose reading is blocking work left to ``decode_source``."""
+    if _source_kind(source) != "http":
+        return None
+    if client is not None:
+        return await fetch(source, policy, client)
+    async with create_http_client(policy) as own_client:
+        return await fetch(source, policy, own_client)
+
+
+async def download_all(
+    sources: Sequence[str],
+    policy: MediaPolicy,
+    client: httpx.AsyncClient | None = None,
+    *,
+    max_concurrency: int = 8,
+) -> list[bytes | None]:
+    """``download`` for each source, concurrently and failing fast like ``load_images``."""
+    return await _each_or_fail_fast(sources, policy, client, download, max_concurrency)
+
+
+def decode_source(source: str, downloaded: bytes | None, policy: MediaPolicy) -> LoadedImage:
+    """Blocking: decode what ``download`` returned for ``source``, reading and decoding
+    ``data:`` and ``file:`` sources here."""
+    if downloaded is not None:
+        return _decoded(downloaded, "http", policy)
+    kind = _source_kind(source)
+    if kind == "data":
+        return _load_data_uri(source, policy)
+    if kind == "file":
+        return _load_file_url(source, policy)
+    raise MediaSourceError("an http(s) image must be downloaded before it is decoded")
+
+
+def decode_sources(
+    sources: Sequence[str], downloaded: Sequence[bytes | None], policy: MediaPolicy
+) -> list[LoadedImage]:
+    """Blocking: ``decode_source`` for each, in order, in the calling thread; a failure
+    carries its ``index``."""
+    images = []
+    for index, (source, data) in enumerate(zip(sources, downloaded, strict=True)):
+        try:
+            images.append(decode_source(source, data, policy))
+        except MediaError as exc:
+            exc.index = index
+            raise
+    return images
+
+
+async def _each_or_fail_fast(sources, policy, client, step, max_concurrency: int) -> list:
     if not sources:
         return []
     owns_client = client is None and any(_source_kind_or_none(s) == "http" for s in sources)
     shared = create_http_client(policy) if owns_client else client
     try:
-        return await _load_all_or_fail_fast(sources, policy, shared, max_concurrency)
+        return await _all_or_fail_fast(sources, policy, shared, step, max_concurrency)
     finally:
         if owns_client and shared is not None:
             await shared.aclose()
 
 
-async def _load_all_or_fail_fast(
-    sources: Sequence[str],
-    policy: MediaPolicy,
-    client: httpx.AsyncClient | None,
-    max_concurrency: int,
-) -> list[LoadedImage]:
+async def _all_or_fail_fast(sources, policy, client, step, max_concurrency: int) -> list:
     semaphore = asyncio.Semaphore(max_concurrency)
 
-    async def load_one(index: int, source: str) -> LoadedImage:
+    async def run_one(index: int, source: str):
         async with semaphore:
             try:
-                return await load_image(source, policy, client)
+                return await step(source, policy, client)
             except MediaError as exc:
                 exc.index = index
                 raise
 
-    tasks = [asyncio.ensure_future(load_one(i, s)) for i, s in enumerate(sources)]
+    tasks = [asyncio.ensure_future(run_one(i, s)) for i, s in enumerate(sources)]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in tasks:

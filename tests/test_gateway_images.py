@@ -54,10 +54,10 @@ def expected(vision_model):
         reference.close()
 
 
-def ask(gateway, url: str):
+def ask(gateway, *urls: str):
     client = gateway.client()
     content = [
-        {"type": "image_url", "image_url": {"url": url, "detail": "auto"}},
+        *({"type": "image_url", "image_url": {"url": url, "detail": "auto"}} for url in urls),
         {"type": "text", "text": "Describe."},
     ]
     return client.chat.completions.create(
@@ -91,6 +91,12 @@ def test_private_urls_are_refused_by_default(vision_model, worker, image_server,
         assert "image 0" in err.value.message
         with pytest.raises(openai.BadRequestError):
             ask(gateway, "data:image/png;base64,not-an-image")
+        # Several images: the one that fails is named by its position.
+        good = "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)).decode()
+        corrupt = "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)[:200]).decode()
+        with pytest.raises(openai.BadRequestError) as err:
+            ask(gateway, good, corrupt)
+        assert "image 1: corrupt or truncated image" in err.value.message
     finally:
         gateway.stop()
 

@@ -38,6 +38,8 @@ from multimodal.media import (
     MediaPolicy,
     create_http_client,
     decode_image,
+    decode_sources,
+    download_all,
     load_image,
     load_images,
 )
@@ -545,6 +547,25 @@ def test_load_images_in_order_and_tags_failures(server):
     assert info.value.index == 1
     assert str(info.value).startswith("image 1: ")
     assert run(load_images([], LOCAL)) == []
+
+
+def test_download_then_decode_equals_load_images(server):
+    """The gateway's path: downloads on the loop, then decoding in one thread."""
+    sources = [f"{server}/image.png", _data_uri(JPEG)]
+    downloaded = run(download_all(sources, LOCAL))
+    assert downloaded == [PNG, None]  # data: URIs are decoded (base64 too) off the loop
+    decoded = decode_sources(sources, downloaded, LOCAL)
+    expected = run(load_images(sources, LOCAL))
+    for got, want in zip(decoded, expected, strict=True):
+        assert (got.data, got.source_kind, got.mime) == (want.data, want.source_kind, want.mime)
+        assert np.array_equal(got.pixels, want.pixels)
+
+    with pytest.raises(MediaError) as info:
+        decode_sources([_data_uri(PNG), _data_uri(PNG[:100])], [None, None], LOCAL)
+    assert isinstance(info.value, MediaDecodeError) and info.value.index == 1
+    with pytest.raises(MediaError) as info:
+        run(download_all([_data_uri(PNG), "ftp://x/y.png"], LOCAL))
+    assert isinstance(info.value, MediaSourceError) and info.value.index == 1
 
 
 # --------------------------------------------------------------------------------------------
