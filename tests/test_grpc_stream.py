@@ -74,53 +74,51 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_messages_equal_grpcio_including_ones_split_over_frames():
+def with_server(check, streamer: Streamer, options=()) -> None:
+    """Run `await check(channel, address)` against a fresh server; close both after."""
+
     async def main():
-        server, address = await start_server(Streamer())
+        server, address = await start_server(streamer, options)
         channel = StreamChannel(address)
         try:
-            for ask in ({"count": 17, "size": 40}, {"count": 3, "size": 100_000}, {"count": 0}):
-                ours = await collect(channel, request(**ask))
-                assert ours == await collect_grpcio(address, request(**ask))
-                assert [len(m) for m in ours] == [ask.get("size", 1)] * ask["count"]
+            await check(channel, address)
         finally:
             await channel.close()
             await server.stop(None)
 
     run(main())
+
+
+def test_messages_equal_grpcio_including_ones_split_over_frames():
+    async def check(channel: StreamChannel, address: str) -> None:
+        for ask in ({"count": 17, "size": 40}, {"count": 3, "size": 100_000}, {"count": 0}):
+            ours = await collect(channel, request(**ask))
+            assert ours == await collect_grpcio(address, request(**ask))
+            assert [len(m) for m in ours] == [ask.get("size", 1)] * ask["count"]
+
+    with_server(check, Streamer())
 
 
 def test_more_than_the_receive_window_flows_as_windows_are_refilled():
-    async def main():
-        server, address = await start_server(Streamer())
-        channel = StreamChannel(address)
-        try:
-            # 48 MiB on one stream, three times the 16 MiB window we grant.
-            messages = await collect(channel, request(count=48, size=1 << 20))
-            assert len(messages) == 48
-            assert all(m == bytes([i % 251]) * (1 << 20) for i, m in enumerate(messages))
-        finally:
-            await channel.close()
-            await server.stop(None)
+    async def check(channel: StreamChannel, address: str) -> None:
+        # 48 MiB on one stream, three times the 16 MiB window we grant.
+        messages = await collect(channel, request(count=48, size=1 << 20))
+        assert len(messages) == 48
+        assert all(m == bytes([i % 251]) * (1 << 20) for i, m in enumerate(messages))
 
-    run(main())
+    with_server(check, Streamer())
 
 
 def test_a_large_request_waits_for_the_servers_window():
-    async def main():
-        streamer = Streamer()
-        server, address = await start_server(streamer)
-        channel = StreamChannel(address)
-        try:
-            # Far beyond the 64 KiB an HTTP/2 peer grants before its first WINDOW_UPDATE.
-            payload = request(count=1, pad=12_000_000)
-            assert len(await collect(channel, payload)) == 1
-            assert streamer.received == [len(payload)]
-        finally:
-            await channel.close()
-            await server.stop(None)
+    streamer = Streamer()
 
-    run(main())
+    async def check(channel: StreamChannel, address: str) -> None:
+        # Far beyond the 64 KiB an HTTP/2 peer grants before its first WINDOW_UPDATE.
+        payload = request(count=1, pad=12_000_000)
+        assert len(await collect(channel, payload)) == 1
+        assert streamer.received == [len(payload)]
+
+    with_server(check, streamer)
 
 
 @pytest.mark.parametrize(
@@ -132,86 +130,62 @@ def test_a_large_request_waits_for_the_servers_window():
     ],
 )
 def test_error_status_and_details_are_grpcios(code, message):
-    async def main():
-        server, address = await start_server(Streamer())
-        channel = StreamChannel(address)
-        try:
-            for count in (0, 2):  # trailers-only response, and trailers after messages
-                payload = request(count=count, code=code, message=message)
-                got = []
-                with pytest.raises(grpc.aio.AioRpcError) as ours:
-                    async for m in channel.stream(PATH, payload):
-                        got.append(m)
-                assert len(got) == count
-                with pytest.raises(grpc.aio.AioRpcError) as theirs:
-                    await collect_grpcio(address, payload)
-                assert ours.value.code() == theirs.value.code() == grpc.StatusCode[code]
-                assert ours.value.details() == theirs.value.details() == message
-        finally:
-            await channel.close()
-            await server.stop(None)
+    async def check(channel: StreamChannel, address: str) -> None:
+        for count in (0, 2):  # trailers-only response, and trailers after messages
+            payload = request(count=count, code=code, message=message)
+            got = []
+            with pytest.raises(grpc.aio.AioRpcError) as ours:
+                async for m in channel.stream(PATH, payload):
+                    got.append(m)
+            assert len(got) == count
+            with pytest.raises(grpc.aio.AioRpcError) as theirs:
+                await collect_grpcio(address, payload)
+            assert ours.value.code() == theirs.value.code() == grpc.StatusCode[code]
+            assert ours.value.details() == theirs.value.details() == message
 
-    run(main())
+    with_server(check, Streamer())
 
 
 def test_closing_the_iterator_cancels_the_call_on_the_server():
-    async def main():
-        streamer = Streamer()
-        server, address = await start_server(streamer)
-        channel = StreamChannel(address)
-        try:
-            stream = channel.stream(PATH, request(count=1000, sleep=0.01))
-            assert await anext(stream) == b"\x00"
-            await stream.aclose()
-            await asyncio.wait_for(streamer.cancelled.wait(), 5)
-            # The connection stays usable for the next call.
-            assert len(await collect(channel, request(count=2))) == 2
-        finally:
-            await channel.close()
-            await server.stop(None)
+    streamer = Streamer()
 
-    run(main())
+    async def check(channel: StreamChannel, address: str) -> None:
+        stream = channel.stream(PATH, request(count=1000, sleep=0.01))
+        assert await anext(stream) == b"\x00"
+        await stream.aclose()
+        await asyncio.wait_for(streamer.cancelled.wait(), 5)
+        # The connection stays usable for the next call.
+        assert len(await collect(channel, request(count=2))) == 2
+
+    with_server(check, streamer)
 
 
 def test_a_caller_cancelled_while_its_request_is_still_sending_leaves_nothing_open():
-    async def main():
-        streamer = Streamer()
-        server, address = await start_server(streamer)
-        channel = StreamChannel(address)
-        try:
-            payload = request(count=1, pad=200_000_000)  # takes a while at window pace
-            reader = asyncio.create_task(collect(channel, payload))
-            await asyncio.sleep(0.05)
-            reader.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await reader
-            assert channel._connection.streams == {}  # reset and forgotten, not half sent
-            assert len(await collect(channel, request(count=2))) == 2
-            assert streamer.received == [len(request(count=2))]
-        finally:
-            await channel.close()
-            await server.stop(None)
+    streamer = Streamer()
 
-    run(main())
+    async def check(channel: StreamChannel, address: str) -> None:
+        payload = request(count=1, pad=200_000_000)  # takes a while at window pace
+        reader = asyncio.create_task(collect(channel, payload))
+        await asyncio.sleep(0.05)
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        assert channel._connection.streams == {}  # reset and forgotten, not half sent
+        assert len(await collect(channel, request(count=2))) == 2
+        assert streamer.received == [len(request(count=2))]
+
+    with_server(check, streamer)
 
 
 def test_many_concurrent_streams_under_a_max_concurrent_streams_setting():
-    async def main():
-        server, address = await start_server(
-            Streamer(), options=[("grpc.max_concurrent_streams", 2)]
+    async def check(channel: StreamChannel, address: str) -> None:
+        await collect(channel, request(count=1))  # learn the server's SETTINGS
+        results = await asyncio.gather(
+            *(collect(channel, request(count=5, size=10, sleep=0.005)) for _ in range(12))
         )
-        channel = StreamChannel(address)
-        try:
-            await collect(channel, request(count=1))  # learn the server's SETTINGS
-            results = await asyncio.gather(
-                *(collect(channel, request(count=5, size=10, sleep=0.005)) for _ in range(12))
-            )
-            assert all(len(r) == 5 for r in results)
-        finally:
-            await channel.close()
-            await server.stop(None)
+        assert all(len(r) == 5 for r in results)
 
-    run(main())
+    with_server(check, Streamer(), options=[("grpc.max_concurrent_streams", 2)])
 
 
 def test_server_gone_mid_stream_is_unavailable_and_a_new_server_is_reached():
