@@ -107,7 +107,7 @@ class _Stream:
         "done",
         "status",
         "http_status",
-        "headers_seen",
+        "needed",
         "send_window",
         "unacked",
         "refused",
@@ -116,13 +116,13 @@ class _Stream:
     def __init__(self, stream_id: int, send_window: int) -> None:
         self.id = stream_id
         self.messages: list[bytes] = []
-        self.pending = b""  # a gRPC message split over DATA frames
+        self.pending = bytearray()  # the start of a gRPC message split over DATA frames
+        self.needed = 0  # bytes `pending` must reach before a message can be complete
         self.waiter: asyncio.Future | None = None
         self.error: grpc.aio.AioRpcError | None = None
         self.done = False
         self.status: tuple[int, str] | None = None  # grpc-status, grpc-message
         self.http_status = 0
-        self.headers_seen = False
         self.send_window = send_window
         self.unacked = 0
         self.refused = False  # REFUSED_STREAM: the server did not process it; safe to resend
@@ -133,8 +133,12 @@ class _Stream:
             waiter.set_result(None)
 
     def feed(self, data: bytes) -> None:
+        """Split DATA payloads into gRPC messages (1 flag byte, 4 length bytes, the message)."""
         if self.pending:
-            data, self.pending = self.pending + data, b""
+            self.pending += data
+            if len(self.pending) < self.needed:
+                return  # a large message arriving frame by frame: no copy until complete
+            data, self.pending = bytes(self.pending), bytearray()
         pos, end = 0, len(data)
         while end - pos >= 5:
             if data[pos]:
@@ -146,7 +150,9 @@ class _Stream:
             self.messages.append(data[pos + 5 : pos + 5 + size])
             pos += 5 + size
         if pos < end:
-            self.pending = data[pos:]
+            self.pending = bytearray(memoryview(data)[pos:])
+            header = self.pending[:5]
+            self.needed = 5 + int.from_bytes(header[1:5], "big") if len(header) == 5 else 5
 
     def fail(self, error: grpc.aio.AioRpcError) -> None:
         if not self.done:
@@ -308,7 +314,6 @@ class _Connection(asyncio.Protocol):
             elif name == b"grpc-message":
                 code = stream.status[0] if stream.status else 0
                 stream.status = (code, unquote(value.decode("utf-8", "replace")))
-        stream.headers_seen = True
         if flags & END_STREAM:
             self._end(stream)
 
