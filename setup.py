@@ -3,8 +3,9 @@
 multimodal._kernels (torchvision-exact resize and Qwen-VL patches, C sources in
 multimodal/_native/) makes preprocessing several times faster. It is optional: without a C
 compiler the install still succeeds, and multimodal.resize falls back to numpy, which computes
-the same bytes. -O3 only: the AVX2 kernels are chosen at run time (multimodal/_native/cpu.h),
-so one build runs on any x86-64 CPU and builds elsewhere with the portable kernels.
+the same bytes. -O3 only: the AVX2 and AVX-512 kernels are chosen at run time
+(multimodal/_native/cpu.h; `__attribute__((target))` per function, no -march), so one build
+runs on any x86-64 CPU and builds elsewhere with the portable kernels.
 """
 
 import sys

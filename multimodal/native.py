@@ -2,7 +2,7 @@
 
 They compute exactly what the numpy code computes (torchvision's integer resize; the Qwen-VL
 patch layout and float32 normalization of multimodal/processors/qwen_vl.py) in one pass over
-the pixels, using AVX2 where the CPU has it, and release the GIL while they work.  The
+the pixels, using AVX-512 or AVX2 where the CPU has them, and release the GIL while they work.  The
 extension is optional: without it, ``AVAILABLE`` is False and callers use the numpy code.
 """
 
@@ -28,20 +28,45 @@ AVAILABLE = _kernels is not None
 AxisArgument = tuple[np.ndarray, np.ndarray, np.ndarray, int, int]
 
 
+# The kernel levels, each using the ones below where it has nothing of its own.
+LEVELS = ("generic", "avx2", "avx512")
+
+
 def simd_level() -> str | None:
-    """The kernels in use on this CPU, "avx2" or "generic"; None if the extension is not built."""
+    """The kernels in use on this CPU, "avx512", "avx2" or "generic"; None if not built."""
     return _kernels.kernels() if _kernels is not None else None
 
 
-@contextlib.contextmanager
-def portable_kernels() -> Iterator[None]:
-    """Inside, only the portable C kernels run, as on CPUs without AVX2 (tests; not thread-safe)."""
+def level_supported(level: str) -> bool:
+    """Whether this CPU can run the kernels of `level` (one of LEVELS)."""
+    if _kernels is None:
+        return False
     previous = simd_level()
-    _kernels.use_kernels("generic")
+    try:
+        _kernels.use_kernels(level)
+    except ValueError:
+        return False
+    _kernels.use_kernels(previous)
+    return True
+
+
+@contextlib.contextmanager
+def kernels(level: str) -> Iterator[None]:
+    """Inside, only the kernels up to `level` run (tests; not thread-safe).
+
+    Raises ValueError when the CPU cannot run `level`.
+    """
+    previous = simd_level()
+    _kernels.use_kernels(level)
     try:
         yield
     finally:
         _kernels.use_kernels(previous)
+
+
+def portable_kernels() -> contextlib.AbstractContextManager[None]:
+    """Inside, only the portable C kernels run, as on CPUs without AVX2 (tests; not thread-safe)."""
+    return kernels("generic")
 
 
 @functools.lru_cache(maxsize=256)

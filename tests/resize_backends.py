@@ -1,8 +1,9 @@
 """The ways to run multimodal's resize, for tests that check each against the same reference.
 
-"native" (the C kernels as this CPU runs them, AVX2 on most x86-64), "native-portable" (the C
-kernels without SIMD intrinsics, as on other CPUs) and "numpy".  The native ones are skipped,
-visibly, when the extension is not built.
+"native-avx512" (the C kernels with AVX-512, as CPUs with AVX-512 F/BW/VL/VBMI/VNNI run them),
+"native-avx2" (with AVX2 only, as other x86-64 CPUs run them), "native-portable" (the C kernels
+without SIMD intrinsics, as on other architectures) and "numpy".  The native ones are skipped,
+visibly, when the extension is not built or this CPU cannot run them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pytest
 from multimodal import native
 from multimodal.resize import BACKENDS
 
-NAMES = ("native", "native-portable", "numpy")
+NAMES = ("native-avx512", "native-avx2", "native-portable", "numpy")
+LEVELS = {"native-avx512": "avx512", "native-avx2": "avx2", "native-portable": "generic"}
 
 
 @contextlib.contextmanager
@@ -26,8 +28,8 @@ def using(name: str) -> Iterator[str]:
         return
     if "native" not in BACKENDS:
         pytest.skip("multimodal._kernels is not built (no C compiler at install time?)")
-    if name == "native-portable":
-        with native.portable_kernels():
-            yield "native"
-    else:
+    level = LEVELS[name]
+    if not native.level_supported(level):
+        pytest.skip(f"no {level} kernels here: the CPU lacks them, or a -DMMGATE_PORTABLE build")
+    with native.kernels(level):
         yield "native"

@@ -1,7 +1,8 @@
 """multimodal.resize must give exactly torchvision's uint8 CPU resize (HF torchvision backend).
 
-Every comparison runs on each backend (tests/resize_backends.py): the native kernels with and
-without SIMD (skipped, visibly, if the extension is not built) and numpy.
+Every comparison runs on each backend (tests/resize_backends.py): the native kernels with
+AVX-512, with AVX2 and without SIMD (skipped, visibly, if the extension is not built or the CPU
+cannot run them) and numpy.
 """
 
 from __future__ import annotations
@@ -151,6 +152,22 @@ def test_structured_images(src, dst, method, backend):
     for name, image in structured_images(*src).items():
         ours = resize(image, *dst, method, backend)
         np.testing.assert_array_equal(ours, torchvision_resize(image, *dst, method), err_msg=name)
+
+
+# The AVX-512 width pass (3 channels) takes output pixels 16 at a time from a 128-byte window and
+# reads the row's last window masked; wider downscales (about 2.2x bicubic) take the AVX2 kernel.
+# Widths: near 1:1 (Qwen), around that limit on both sides, partial last groups, tiny rows.
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    ("w_in", "w_out"),
+    [(1280, 1288), (1280, 1232), (1287, 1300), (1000, 455), (1000, 435), (1000, 400),
+     (1000, 380), (100, 47), (17, 16), (16, 17), (5, 33), (42, 21), (43, 1)],
+)  # fmt: skip
+def test_width_pass_layouts(w_in, w_out, method, backend):
+    for name, image in structured_images(6, w_in).items():
+        ours = resize(image, 6, w_out, method, backend)
+        np.testing.assert_array_equal(ours, torchvision_resize(image, 6, w_out, method), name)
+    assert_same(noise(7, w_in, seed=w_in + w_out), 7, w_out, method, backend)
 
 
 def test_random_sizes(backend):

@@ -209,8 +209,11 @@ static PyObject *py_use_kernels(PyObject *self, PyObject *args)
     (void)self;
     if (!PyArg_ParseTuple(args, "s", &name))
         return NULL;
-    const int avx2 = strcmp(name, "avx2") == 0;
-    if ((!avx2 && strcmp(name, "generic") != 0) || cpu_allow_avx2(avx2)) {
+    const int level = strcmp(name, "avx512") == 0 ? CPU_AVX512
+                      : strcmp(name, "avx2") == 0  ? CPU_AVX2
+                      : strcmp(name, "generic") == 0 ? CPU_GENERIC
+                                                     : -1;
+    if (level < 0 || cpu_allow(level)) {
         PyErr_Format(PyExc_ValueError, "kernels %s are not available here", name);
         return NULL;
     }
@@ -223,9 +226,10 @@ static PyMethodDef methods[] = {
     {"qwen_patches", py_qwen_patches, METH_VARARGS,
      "qwen_patches(src, h_in, w_in, dst, h_out, w_out, width_axis, height_axis, patch, merge, "
      "temporal, normalize)"},
-    {"kernels", py_kernels, METH_NOARGS, "The kernels in use: 'avx2' or 'generic'."},
+    {"kernels", py_kernels, METH_NOARGS, "The kernels in use: 'avx512', 'avx2' or 'generic'."},
     {"use_kernels", py_use_kernels, METH_VARARGS,
-     "use_kernels('generic' | 'avx2'): switch kernels (tests only, not thread-safe)."},
+     "use_kernels('generic' | 'avx2' | 'avx512'): use kernels up to that level (tests only, not "
+     "thread-safe)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,5 @@
-/* Resize kernels: portable C everywhere, AVX2 on x86-64 CPUs that have it (checked at run time).
- * Both compute the same integers: int16 weights times uint8 pixels summed in int32, plus
+/* Resize kernels: portable C everywhere, AVX2 and AVX-512 on x86-64 CPUs that have them (checked
+ * at run time). All compute the same integers: int16 weights times uint8 pixels summed in int32, plus
  * 2**(p-1), arithmetic shift by p, saturation to 0..255. */
 #include "resample.h"
 
@@ -8,7 +8,7 @@
 
 #include "cpu.h"
 
-#define ROW_PAD 32 /* bytes past every intermediate row: the SIMD loads and stores may touch them */
+#define ROW_PAD 64 /* bytes past every intermediate row: the SIMD loads and stores may touch them */
 
 static inline uint8_t saturate(int32_t value)
 {
@@ -208,17 +208,198 @@ AVX2 static void v_row_avx2(const uint8_t *const *rows, int n, const int16_t *w,
     }
 }
 
+/* ---- AVX-512 kernels (F, BW, VL, VBMI, VNNI) ---------------------------------------------- */
+
+/* The width pass of 3-channel rows, re-laid for AVX-512: output pixels in groups of 16, their
+ * sums in 3 registers of 16 int32, one per channel. Each group reads a window of 128 input bytes
+ * from its first pixel's first tap; per channel, a two-source byte permutation (vpermt2b)
+ * gathers each pixel's (tap 2j, tap 2j+1) bytes into 16-bit pairs (the odd bytes zeroed by the
+ * mask), and vpdpwssd adds their products with the pixel's (w_2j, w_2j+1), the same weights for
+ * the 3 channels. The plan stays small (it is read once per row, and must stay in L1): per group
+ * the 16 pixels' byte indexes of tap 0 and 1 of the first channel (+1, +2 for the others, +6 per
+ * tap pair), and per tap pair the 16 pixels' weights. Past a pixel's taps the indexes may point
+ * anywhere in the window, the weights there being 0. At the end two packs saturate the sums to
+ * bytes and one byte permutation interleaves the channels into 48 output bytes. Plans whose
+ * pixels' taps do not fit a group's window (downscales by more than about 2.2x bicubic, 2.5x
+ * bilinear) use the AVX2 kernel. */
+typedef struct {
+    int groups;          /* groups of 16 outputs; 0: this layout does not fit the plan */
+    int32_t *windows;    /* groups: byte offset of each group's window in the row */
+    int32_t *pairs;      /* groups: tap pairs the group needs (its most taps / 2, rounded up) */
+    __m512i *vectors;    /* per group: the indexes, then the weights of each tap pair */
+    size_t in_row;       /* bytes per input row: windows past its end are read masked */
+} rgb512_plan;
+
+#define WINDOW 128
+
+static int32_t pair16(int lo, int hi)
+{
+    return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
+}
+
+/* 0, or 1 if the plan does not fit (rp->groups stays 0), or -1 if memory ran out. */
+static int rgb512_plan_open(rgb512_plan *rp, const axis_plan *plan, int w_out, size_t in_row)
+{
+    if (w_out <= 0)
+        return 1;
+    const size_t groups = ((size_t)w_out + 15) / 16;
+    size_t vectors = 0;
+    for (int g = 0; g < (int)groups; g++) {
+        const int x0 = 16 * g;
+        int most = 1;
+        for (int x = x0; x < x0 + 16 && x < w_out; x++) {
+            if (3 * ((size_t)plan->starts[x] + plan->sizes[x] - plan->starts[x0]) > WINDOW)
+                return 1;
+            most = plan->sizes[x] > most ? plan->sizes[x] : most;
+        }
+        vectors += 1 + (size_t)((most + 1) / 2);
+    }
+    rp->windows = calloc(groups, sizeof *rp->windows);
+    rp->pairs = calloc(groups, sizeof *rp->pairs);
+    rp->vectors = aligned_alloc(64, vectors * 64);
+    if (!rp->windows || !rp->pairs || !rp->vectors)
+        return -1;
+    int32_t *v = (int32_t *)rp->vectors;
+    for (int g = 0; g < (int)groups; g++) {
+        const int x0 = 16 * g;
+        const int32_t window = 3 * plan->starts[x0];
+        int most = 1;
+        for (int x = x0; x < x0 + 16 && x < w_out; x++)
+            most = plan->sizes[x] > most ? plan->sizes[x] : most;
+        const int pairs = (most + 1) / 2;
+        rp->windows[g] = window;
+        rp->pairs[g] = pairs;
+        for (int i = 0; i < 16; i++, v++) {
+            const int x = x0 + i, first = x < w_out ? 3 * plan->starts[x] - window : 0;
+            *v = pair16(first, first + 3);
+        }
+        for (int j = 0; j < pairs; j++) {
+            for (int i = 0; i < 16; i++, v++) {
+                const int x = x0 + i;
+                int16_t w[2] = {0, 0};
+                for (int t = 0; t < 2 && x < w_out; t++)
+                    if (2 * j + t < plan->sizes[x])
+                        w[t] = plan->weights[(size_t)x * plan->stride + 2 * j + t];
+                *v = pair16(w[0], w[1]);
+            }
+        }
+    }
+    rp->in_row = in_row;
+    rp->groups = (int)groups;
+    return 0;
+}
+
+static void rgb512_plan_close(rgb512_plan *rp)
+{
+    free(rp->windows);
+    free(rp->pairs);
+    free(rp->vectors);
+}
+
+/* One row: per group, 2 loads of the window (masked at the row's end); per tap pair and channel one byte permutation of
+ * the window and one dot product; then 3 shifts, 3 packs, 1 byte permutation, 1 masked store. */
+AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb512_plan *rp,
+                                    int precision)
+{
+    /* after the packs, 128-bit lane k holds bytes 4k..4k+3 of R, G, B, B: output byte 3i + c
+     * is channel c's byte i */
+    uint8_t order_bytes[64] = {0};
+    for (int i = 0; i < 16; i++)
+        for (int c = 0; c < 3; c++)
+            order_bytes[3 * i + c] = (uint8_t)(16 * (i / 4) + 4 * c + i % 4);
+    const __m512i order = _mm512_loadu_si512(order_bytes);
+    const __m512i start = _mm512_set1_epi32(rounding(precision));
+    const __m512i one = _mm512_set1_epi8(1), six = _mm512_set1_epi8(6);
+    const __m128i shift = _mm_cvtsi32_si128(precision);
+    const __mmask64 even = 0x5555555555555555ULL, bytes48 = (1ULL << 48) - 1;
+    const __m512i *v = rp->vectors;
+    for (int g = 0; g < rp->groups; g++, out += 48) {
+        const uint8_t *window = in + rp->windows[g];
+        const size_t left = rp->in_row - (size_t)rp->windows[g];
+        __m512i lo, hi;
+        if (left >= WINDOW) {
+            lo = _mm512_loadu_si512(window);
+            hi = _mm512_loadu_si512(window + 64);
+        } else { /* masked loads: nothing past the row is read */
+            lo = _mm512_maskz_loadu_epi8(left >= 64 ? ~0ULL : (1ULL << left) - 1, window);
+            hi = _mm512_maskz_loadu_epi8(left > 64 ? (1ULL << (left - 64)) - 1 : 0, window + 64);
+        }
+        __m512i ir = v[0];
+        __m512i ig = _mm512_add_epi8(ir, one);
+        __m512i ib = _mm512_add_epi8(ig, one);
+        __m512i sr = start, sg = start, sb = start;
+        v++;
+        for (int j = 0; j < rp->pairs[g]; j++, v++) {
+            const __m512i w = *v;
+            sr = _mm512_dpwssd_epi32(sr, _mm512_maskz_permutex2var_epi8(even, lo, ir, hi), w);
+            sg = _mm512_dpwssd_epi32(sg, _mm512_maskz_permutex2var_epi8(even, lo, ig, hi), w);
+            sb = _mm512_dpwssd_epi32(sb, _mm512_maskz_permutex2var_epi8(even, lo, ib, hi), w);
+            ir = _mm512_add_epi8(ir, six);
+            ig = _mm512_add_epi8(ig, six);
+            ib = _mm512_add_epi8(ib, six);
+        }
+        sr = _mm512_sra_epi32(sr, shift);
+        sg = _mm512_sra_epi32(sg, shift);
+        sb = _mm512_sra_epi32(sb, shift);
+        const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sr, sg),
+                                                  _mm512_packs_epi32(sb, sb));
+        _mm512_mask_storeu_epi8(out, bytes48, _mm512_permutexvar_epi8(order, bytes));
+    }
+}
+
+/* The height pass as v_row_avx2, 64 bytes at a time; the rest through v_row_avx2. */
+AVX512 static void v_row_avx512(const uint8_t *const *rows, int n, const int16_t *w,
+                                int precision, uint8_t *out, int len)
+{
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i start = _mm512_set1_epi32(rounding(precision));
+    const __m128i shift = _mm_cvtsi32_si128(precision);
+    int j = 0;
+    for (; j + 64 <= len; j += 64) {
+        __m512i s0 = start, s1 = start, s2 = start, s3 = start;
+        for (int k = 0; k < n; k += 2) {
+            const __m512i a = _mm512_loadu_si512(rows[k] + j);
+            const __m512i b = k + 1 < n ? _mm512_loadu_si512(rows[k + 1] + j) : zero;
+            int32_t pair;
+            memcpy(&pair, w + k, sizeof pair); /* w[k + 1] is 0 past n: stride is even */
+            const __m512i wk = _mm512_set1_epi32(pair);
+            const __m512i lo = _mm512_unpacklo_epi8(a, b), hi = _mm512_unpackhi_epi8(a, b);
+            s0 = _mm512_dpwssd_epi32(s0, _mm512_unpacklo_epi8(lo, zero), wk);
+            s1 = _mm512_dpwssd_epi32(s1, _mm512_unpackhi_epi8(lo, zero), wk);
+            s2 = _mm512_dpwssd_epi32(s2, _mm512_unpacklo_epi8(hi, zero), wk);
+            s3 = _mm512_dpwssd_epi32(s3, _mm512_unpackhi_epi8(hi, zero), wk);
+        }
+        s0 = _mm512_sra_epi32(s0, shift);
+        s1 = _mm512_sra_epi32(s1, shift);
+        s2 = _mm512_sra_epi32(s2, shift);
+        s3 = _mm512_sra_epi32(s3, shift);
+        const __m512i packed = _mm512_packus_epi16(_mm512_packs_epi32(s0, s1),
+                                                   _mm512_packs_epi32(s2, s3));
+        _mm512_storeu_si512(out + j, packed);
+    }
+    if (j < len) {
+        const uint8_t *tail[64];
+        for (int k = 0; k < n; k++)
+            tail[k] = rows[k] + j;
+        v_row_avx2(tail, n, w, precision, out + j, len - j);
+    }
+}
+
 #endif
 
 const char *resample_kernels(void)
 {
-    return cpu_has_avx2() ? "avx2" : "generic";
+    return cpu_has_avx512() ? "avx512" : cpu_has_avx2() ? "avx2" : "generic";
 }
 
 static void v_row(const uint8_t *const *rows, int n, const int16_t *w, int precision,
                   uint8_t *out, int len)
 {
 #ifdef MMGATE_X86
+    if (cpu_has_avx512() && n <= 64) {
+        v_row_avx512(rows, n, w, precision, out, len);
+        return;
+    }
     if (cpu_has_avx2() && n <= 64) {
         v_row_avx2(rows, n, w, precision, out, len);
         return;
@@ -241,6 +422,7 @@ typedef struct {
     int next;                  /* next input row to resample */
 #ifdef MMGATE_X86
     rgb_plan rgb;              /* the AVX2 layout of `plan`, when rgb.weights is set */
+    rgb512_plan rgb512;        /* the AVX-512 layout of `plan`, when rgb512.groups > 0 */
 #endif
 } width_pass;
 
@@ -257,6 +439,10 @@ static uint8_t *ring_row(const width_pass *wp, int r)
 static void width_pass_row(width_pass *wp, int r)
 {
 #ifdef MMGATE_X86
+    if (wp->rgb512.groups) {
+        h_row_rgb_avx512(input_row(wp, r), ring_row(wp, r), &wp->rgb512, wp->plan->precision);
+        return;
+    }
     if (wp->rgb.weights) {
         h_row_rgb_avx2(input_row(wp, r), ring_row(wp, r), &wp->rgb, wp->plan->precision);
         return;
@@ -288,7 +474,13 @@ static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_i
         return 0;
     size_t overread = ROW_PAD;
 #ifdef MMGATE_X86
-    if (cpu_has_avx2() && channels == 3) {
+    int fits = 1; /* 0: the AVX-512 layout is in use */
+    if (cpu_has_avx512() && channels == 3) {
+        fits = rgb512_plan_open(&wp->rgb512, plan, w_out, wp->in_row);
+        if (fits < 0)
+            return -1;
+    }
+    if (fits && cpu_has_avx2() && channels == 3) {
         if (rgb_plan_open(&wp->rgb, plan, w_out))
             return -1;
         overread = rgb_overread(plan);
@@ -308,6 +500,7 @@ static void width_pass_close(width_pass *wp)
 {
 #ifdef MMGATE_X86
     rgb_plan_close(&wp->rgb);
+    rgb512_plan_close(&wp->rgb512);
 #endif
     free(wp->ring);
     free(wp->last);

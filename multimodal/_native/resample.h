@@ -33,7 +33,7 @@ typedef struct {
 int resample_image(const uint8_t *src, int h_in, int w_in, int channels, int h_out, int w_out,
                    const axis_plan *horizontal, const axis_plan *vertical, const row_sink *sink);
 
-/* Which kernels resample_image uses on this CPU: "avx2" or "generic". */
+/* Which kernels resample_image uses on this CPU: "avx512", "avx2" or "generic". */
 const char *resample_kernels(void);
 
 #endif
