@@ -418,7 +418,9 @@ typedef struct {
     uint8_t *ring;             /* ring_rows rows of ring_row bytes */
     size_t ring_row;
     int ring_rows;
-    uint8_t *last;             /* the last input row followed by zero bytes the kernels may read */
+    uint8_t *tail;             /* the last tail_rows input rows, then zero bytes the kernels may
+                                * read: a row's loads can reach past the rows after it */
+    int tail_from;             /* first input row read from `tail` */
     int next;                  /* next input row to resample */
 #ifdef MMGATE_X86
     rgb_plan rgb;              /* the AVX2 layout of `plan`, when rgb.weights is set */
@@ -428,7 +430,9 @@ typedef struct {
 
 static const uint8_t *input_row(const width_pass *wp, int r)
 {
-    return r == wp->h_in - 1 ? wp->last : wp->src + (size_t)r * wp->in_row;
+    if (r >= wp->tail_from)
+        return wp->tail + (size_t)(r - wp->tail_from) * wp->in_row;
+    return wp->src + (size_t)r * wp->in_row;
 }
 
 static uint8_t *ring_row(const width_pass *wp, int r)
@@ -489,10 +493,16 @@ static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_i
     wp->ring_rows = window;
     wp->ring_row = (size_t)w_out * channels + ROW_PAD;
     wp->ring = malloc(wp->ring_row * wp->ring_rows);
-    wp->last = calloc(wp->in_row + overread, 1);
-    if (!wp->ring || !wp->last)
+    /* Row r's loads end before (r + 1) * in_row + overread: rows within that many bytes of the
+     * end of the input are read from a copy followed by zeros. */
+    size_t tail_rows = 1 + (overread + wp->in_row - 1) / wp->in_row;
+    if (tail_rows > (size_t)h_in)
+        tail_rows = (size_t)h_in;
+    wp->tail_from = h_in - (int)tail_rows;
+    wp->tail = calloc(tail_rows * wp->in_row + overread, 1);
+    if (!wp->ring || !wp->tail)
         return -1;
-    memcpy(wp->last, src + (size_t)(h_in - 1) * wp->in_row, wp->in_row);
+    memcpy(wp->tail, src + (size_t)wp->tail_from * wp->in_row, tail_rows * wp->in_row);
     return 0;
 }
 
@@ -503,7 +513,7 @@ static void width_pass_close(width_pass *wp)
     rgb512_plan_close(&wp->rgb512);
 #endif
     free(wp->ring);
-    free(wp->last);
+    free(wp->tail);
 }
 
 /* ---- the whole image ---------------------------------------------------------------------- */

@@ -1,0 +1,56 @@
+"""The native resize never reads past its input: images end right before an unreadable page.
+
+SIMD kernels load more bytes than a row holds; the last rows must come from a padded copy. A
+read past the end of the input would crash the process (SIGSEGV), so the cases run in a child.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from multimodal import native
+
+pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="native kernels not built")
+
+CHILD = r"""
+import ctypes, itertools, mmap
+import numpy as np
+from multimodal import native
+
+PAGE = mmap.PAGESIZE
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+keep = []
+
+def before_guard_page(height, width, channels, seed):
+    size = height * width * channels
+    pages = size // PAGE + 2
+    buf = mmap.mmap(-1, pages * PAGE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert libc.mprotect(base + (pages - 1) * PAGE, PAGE, 0) == 0  # PROT_NONE
+    keep.append(buf)
+    image = np.frombuffer(buf, np.uint8, size, (pages - 1) * PAGE - size)
+    image = image.reshape(height, width, channels)
+    image[...] = np.random.default_rng(seed).integers(0, 256, image.shape, np.uint8)
+    return image
+
+cases = 0
+for level in [lv for lv in native.LEVELS if native.level_supported(lv)]:
+    with native.kernels(level):
+        for h, w, c in itertools.product((1, 2, 3, 5), (1, 2, 3, 5, 8, 13), (1, 3, 4)):
+            image = before_guard_page(h, w, c, cases)
+            for h_out, w_out in ((h + 1, 3 * w + 1), (h * 2, max(1, w // 2)), (4, 37)):
+                for method in ("bicubic", "bilinear"):
+                    native.resize(image, h_out, w_out, method)
+                    cases += 1
+print(cases)
+"""
+
+
+def test_narrow_images_are_not_read_past_their_end():
+    child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
+    assert child.returncode == 0, f"exit {child.returncode}\n{child.stderr[-2000:]}"
+    assert int(child.stdout) > 0
