@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +40,16 @@ def main() -> None:
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
     Image.fromarray(photo(200, 100, 11)).save(HERE / "exif_rotated.jpg", quality=90, exif=exif)
+    arithmetic_jpeg(photo(1281, 961, 12), HERE / "arithmetic.jpg")
+
+
+def arithmetic_jpeg(pixels: np.ndarray, out: Path) -> None:
+    """Arithmetic-coded, which Pillow cannot write: libjpeg-turbo's cjpeg (Debian package
+    libjpeg-turbo-progs) encodes it. Large enough that Pillow decodes it in several blocks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "in.ppm"
+        Image.fromarray(pixels).save(source)
+        subprocess.run(["cjpeg", "-arithmetic", "-outfile", str(out), str(source)], check=True)
 
 
 if __name__ == "__main__":
