@@ -158,8 +158,9 @@ class Worker:
         self.in_flight += 1
         try:
             if self._streams is None:
-                async for response in self._generate_grpcio(request):
-                    yield response
+                async with aclosing(self._generate_grpcio(request)) as responses:
+                    async for response in responses:
+                        yield response
                 return
             messages = self._streams.stream(GENERATE_PATH, request.SerializeToString())
             async with aclosing(messages):
