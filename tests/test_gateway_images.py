@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import io
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import openai
 import pytest
 from vllm import SamplingParams
@@ -103,8 +106,6 @@ def test_private_urls_are_refused_by_default(vision_model, worker, image_server,
 
 def test_tokenize_with_images_equals_vllm(vision_model, worker, tmp_path_factory):
     """/tokenize expands each image into its placeholder tokens exactly as vLLM's does."""
-    import httpx
-
     from tests.engines import MAX_MODEL_LEN
     from tests.vllm_tokenize import VllmTokenization
 
@@ -131,3 +132,46 @@ def test_tokenize_with_images_equals_vllm(vision_model, worker, tmp_path_factory
         assert want["tokens"].count(3005) > 20  # the images really were expanded
     finally:
         gateway.stop()
+
+
+def test_admission_counts_the_image_download_against_the_limit(
+    vision_model, worker, tmp_path_factory
+):
+    """Admission with the real vision worker: a request whose image host answers slowly holds
+    the only slot while its image downloads, the next request waits in the queue until its
+    timeout (503), one more is refused at once (429), and the slow one still succeeds."""
+    limits = ["--max-in-flight", "1", "--max-queue", "1", "--queue-timeout", "2"]
+    with serve_bytes(png_bytes(IMAGE), delay=6.0) as slow_host:
+        gateway = gateway_for(
+            vision_model, worker, tmp_path_factory,
+            "--allow-private-media-networks", "127.0.0.0/8", *limits,
+        )  # fmt: skip
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                slow = pool.submit(post_chat, gateway, f"{slow_host}/cat.png")
+                wait_for_metric(gateway, "mmgate_admitted_requests 1.0")
+                queued = pool.submit(post_chat, gateway)
+                wait_for_metric(gateway, "mmgate_queue_depth 1.0")
+                refused = post_chat(gateway)
+                assert refused.status_code == 429, refused.text
+                assert queued.result(timeout=30).status_code == 503
+                done = slow.result(timeout=60)
+            assert done.status_code == 200, done.text
+            assert done.json()["choices"][0]["finish_reason"] == "length"
+        finally:
+            gateway.stop()
+
+
+def post_chat(gateway, image_url: str | None = None):
+    content = [{"type": "text", "text": "Describe."}]
+    if image_url:
+        content.insert(0, {"type": "image_url", "image_url": {"url": image_url}})
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4}
+    return httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=60)
+
+
+def wait_for_metric(gateway, line: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while line not in httpx.get(f"{gateway.base_url}/metrics", timeout=10).text:
+        assert time.monotonic() < deadline, f"never saw {line!r}"
+        time.sleep(0.05)
