@@ -234,6 +234,19 @@ def test_dns_names_are_followed(text_worker, worker_b):
     asyncio.run(run())
 
 
+def test_worker_dns_through_the_system_resolver(text_model, text_worker, tmp_path):
+    """`--worker-dns` with a name the machine resolves (localhost, from /etc/hosts): the pool
+    finds the worker at 127.0.0.1 and serves through it."""
+    name = f"grpc://localhost:{text_worker.port}"
+    gateway = start_gateway(text_model, [], tmp_path, "--worker-dns", name)
+    try:
+        assert chat(gateway, "s", "via DNS")["usage"]["completion_tokens"] == 1
+        member = workers_state(gateway)[f"grpc://{text_worker.address}"]
+        assert member["healthy"] and member["requests_total"] >= 1, member
+    finally:
+        gateway.stop()
+
+
 def test_over_limit_load_is_refused_fast(text_model, tmp_path):
     """Admission is the gateway's own: a worker whose generations surely outlast the test (a
     fake one, 0.25 s per token) keeps the two slots busy however fast the machine is."""
