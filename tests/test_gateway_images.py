@@ -166,7 +166,12 @@ def post_chat(gateway, image_url: str | None = None):
     content = [{"type": "text", "text": "Describe."}]
     if image_url:
         content.insert(0, {"type": "image_url", "image_url": {"url": image_url}})
-    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4}
+    body = {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "ignore_eos": True,  # the random model may pick EOS; "length" must not depend on it
+    }
     return httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=60)
 
 
