@@ -285,23 +285,31 @@ def test_over_limit_load_is_refused_fast(text_model, tmp_path):
 
 def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tmp_path):
     """Streams on the killed worker end with an error event, new requests go to the other,
-    nothing hangs."""
+    nothing hangs. The other worker's streams start first; the doomed worker joins afterwards
+    (admin endpoint) and, least loaded, gets the next three: the kill then surely comes while
+    its streams run, however fast it generates (a fresh worker can finish 700 tokens in 1.5 s)."""
     doomed_fixture = _worker(text_model, tmp_path_factory, "doomed")
     doomed = next(doomed_fixture)
+    doomed_url = f"grpc://{doomed.address}"
     # Health checks out of the way: only failed calls (retry, circuit breaker) act here.
-    breaker = ["--health-interval", "60", "--breaker-failures", "4"]
-    workers = [text_worker.address, doomed.address]
-    gateway = start_gateway(text_model, workers, tmp_path, *breaker)
+    flags = ["--health-interval", "60", "--breaker-failures", "4", "--policy", "least_requests"]
+    gateway = start_gateway(text_model, [text_worker.address], tmp_path, *flags)
     try:
-        # As long as the 1024-token context allows: the doomed worker may be much faster than
-        # the other one, whose first tokens the kill waits for.
-        streams = [Stream(gateway, max_tokens=990) for _ in range(6)]
-        for stream in streams:
+        steady = [Stream(gateway, max_tokens=990) for _ in range(3)]
+        for stream in steady:
             assert stream.started.wait(60)
+        added = httpx.post(
+            f"{gateway.base_url}/admin/workers", json={"url": doomed_url}, timeout=30
+        )
+        assert added.status_code == 201 and added.json()["eligible"], added.text
+        on_doomed = [Stream(gateway, max_tokens=990) for _ in range(3)]
+        for stream in on_doomed:
+            assert stream.started.wait(60)
+        assert workers_state(gateway)[doomed_url]["assigned_requests"] == 3
         doomed.kill()
-        outcomes = [stream.finish() for stream in streams]
-        assert outcomes.count("error") == 3 and outcomes.count("done") == 3, outcomes
-        last = [json.loads(s.events[-2]) for s in streams if s.finish() == "error"]
+        assert [stream.finish() for stream in on_doomed] == ["error"] * 3
+        assert [stream.finish() for stream in steady] == ["done"] * 3
+        last = [json.loads(stream.events[-2]) for stream in on_doomed]
         assert all(body["error"]["code"] == 503 for body in last)  # then [DONE]
         for i in range(6):  # all succeed: the first sent to the dead worker is retried on the
             chat(gateway, "s", f"after the kill {i}")  # other, and its 4th failure opens
