@@ -64,11 +64,6 @@ def kernels(level: str) -> Iterator[None]:
         _kernels.use_kernels(previous)
 
 
-def portable_kernels() -> contextlib.AbstractContextManager[None]:
-    """Inside, only the portable C kernels run, as on CPUs without AVX2 (tests; not thread-safe)."""
-    return kernels("generic")
-
-
 @functools.lru_cache(maxsize=256)
 def axis_argument(n_in: int, n_out: int, method: str) -> AxisArgument | None:
     """One axis's weights (multimodal.resize_weights) laid out as _kernels takes them."""
