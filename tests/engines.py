@@ -116,6 +116,10 @@ class WorkerProcess:
         self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
+    def freeze(self) -> None:
+        """Stop the worker and its engine where they are (SIGSTOP to the whole group)."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
     def kill(self) -> None:
         """Sudden death of the worker and its engine (SIGKILL to the whole group)."""
         os.killpg(self.proc.pid, signal.SIGKILL)

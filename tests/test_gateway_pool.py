@@ -285,25 +285,26 @@ def test_over_limit_load_is_refused_fast(text_model, tmp_path):
 
 def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tmp_path):
     """Streams on the killed worker end with an error event, new requests go to the other,
-    nothing hangs. The other worker's streams start first; the doomed worker joins afterwards
-    (admin endpoint) and, least loaded, gets the next three: the kill then surely comes while
-    its streams run, however fast it generates (a fresh worker can finish 700 tokens in 1.5 s)."""
+    nothing hangs. The gateway starts with the doomed worker alone: it takes three streams,
+    which start together and are frozen (SIGSTOP) at their first tokens, so none can end
+    before the kill however fast the worker generates. The other worker then joins (admin
+    endpoint) and, least loaded, takes the next three."""
     doomed_fixture = _worker(text_model, tmp_path_factory, "doomed")
     doomed = next(doomed_fixture)
     doomed_url = f"grpc://{doomed.address}"
     # Health checks out of the way: only failed calls (retry, circuit breaker) act here.
     flags = ["--health-interval", "60", "--breaker-failures", "4", "--policy", "least_requests"]
-    gateway = start_gateway(text_model, [text_worker.address], tmp_path, *flags)
+    gateway = start_gateway(text_model, [doomed.address], tmp_path, *flags)
     try:
-        steady = [Stream(gateway, max_tokens=990) for _ in range(3)]
-        for stream in steady:
-            assert stream.started.wait(60)
-        added = httpx.post(
-            f"{gateway.base_url}/admin/workers", json={"url": doomed_url}, timeout=30
-        )
-        assert added.status_code == 201 and added.json()["eligible"], added.text
         on_doomed = [Stream(gateway, max_tokens=990) for _ in range(3)]
         for stream in on_doomed:
+            assert stream.started.wait(60)
+        doomed.freeze()
+        other = {"url": f"grpc://{text_worker.address}"}
+        added = httpx.post(f"{gateway.base_url}/admin/workers", json=other, timeout=30)
+        assert added.status_code == 201 and added.json()["eligible"], added.text
+        steady = [Stream(gateway, max_tokens=990) for _ in range(3)]
+        for stream in steady:
             assert stream.started.wait(60)
         assert workers_state(gateway)[doomed_url]["assigned_requests"] == 3
         doomed.kill()
@@ -316,7 +317,7 @@ def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tm
         metrics = httpx.get(f"{gateway.base_url}/metrics").text  # the circuit: no more tries
         retries = next(ln for ln in metrics.splitlines() if ln.startswith("mmgate_retries_total"))
         assert float(retries.split()[-1]) == 1
-        assert workers_state(gateway)[f"grpc://{doomed.address}"]["circuit"] == "open"
+        assert workers_state(gateway)[doomed_url]["circuit"] == "open"
     finally:
         gateway.stop()
         next(doomed_fixture, None)
