@@ -18,6 +18,7 @@ from gateway.admin import admin_routes
 from gateway.admission import Admission
 from gateway.chat import ChatRenderer
 from gateway.errors import GatewayError, error_body, error_response
+from gateway.hot_routes import Handler, HotRoutes, parse_json
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
 from gateway.model_files import is_model_dir, unpack_bundle
@@ -31,7 +32,12 @@ from multimodal.media import MediaPolicy
 from multimodal.registry import UnsupportedModel, processor_for
 
 VERSION = "0.1.0"
-GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+# Served by HotRoutes (the parsed JSON body straight to the service), not by FastAPI's router.
+GENERATION_ROUTES: dict[str, Handler] = {
+    "/v1/chat/completions": lambda state, body: state.chat.create(body),
+    "/v1/completions": lambda state, body: state.completions.create(body),
+    "/v1/embeddings": lambda state, body: state.embeddings.create(body),
+}
 log = logging.getLogger("mmgate.gateway")
 
 
@@ -131,18 +137,6 @@ def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> Non
             ],
         }
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
-        return await request.app.state.chat.create(await _json(request))
-
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        return await request.app.state.completions.create(await _json(request))
-
-    @app.post("/v1/embeddings")
-    async def embeddings(request: Request):
-        return await request.app.state.embeddings.create(await _json(request))
-
     @app.post("/tokenize")
     async def tokenize(request: Request):
         return await request.app.state.tokenize.tokenize(await _json(request))
@@ -189,6 +183,7 @@ def _middleware(
 ) -> None:
     """Outermost last: request ids and logs see everything, CORS answers preflights before
     the API key is asked for, and only authorized requests take admission slots."""
+    app.add_middleware(HotRoutes, handlers=GENERATION_ROUTES)
     app.add_middleware(
         AdmissionMiddleware, admission=admission, metrics=metrics, routes=GENERATION_ROUTES
     )
@@ -203,7 +198,7 @@ def _middleware(
             allow_credentials=config.cors.allow_credentials,
             expose_headers=["X-Request-Id"],
         )
-    routes = {route.path for route in app.routes}
+    routes = {route.path for route in app.routes} | GENERATION_ROUTES.keys()
     app.add_middleware(RequestMiddleware, metrics=metrics, routes=routes)
 
 
@@ -216,10 +211,7 @@ def _clean_up_spaces(model: Path) -> bool:
 
 
 async def _json(request: Request) -> object:
-    try:
-        return await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise GatewayError("the request body is not valid JSON", 400) from None
+    return parse_json(await request.body())
 
 
 def _image_processor(model: Path):

@@ -211,6 +211,20 @@ def test_errors_are_openai_shaped(gateway):
         f"{gateway.base_url}/v1/chat/completions", json={"messages": MESSAGES, "temperature": "hot"}
     )
     assert reply.status_code == 400 and reply.json()["error"]["param"]
+    reply = httpx.post(f"{gateway.base_url}/v1/completions", content=b"")
+    assert reply.status_code == 400 and "not valid JSON" in reply.json()["error"]["message"]
+    reply = httpx.get(f"{gateway.base_url}/v1/chat/completions")
+    assert reply.status_code == 405 and reply.headers["allow"] == "POST"
+    assert reply.json()["error"]["code"] == 405
+
+
+def test_a_body_sent_in_pieces(gateway):
+    """A chunked upload arrives in several ASGI messages; the route joins them."""
+    body = json.dumps({"messages": MESSAGES, "max_tokens": 2}).encode()
+    pieces = (body[i : i + 7] for i in range(0, len(body), 7))
+    reply = httpx.post(f"{gateway.base_url}/v1/chat/completions", content=pieces)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] == 2
 
 
 def test_completions_equal_vllm(gateway, text_reference):
