@@ -1,11 +1,11 @@
 """Where our gateway's CPU goes under load: py-spy samples, grouped by stage.
 
-    python -m benchmarks.profile_gateway [--kinds text image] [--seconds 8] [--keep]
+    python -m benchmarks.profile_gateway [--kinds text image] [--full] [--seconds 8] [--keep]
 
 Starts the mock worker and `mmgate serve` (as `benchmarks.gateway_bench` does), drives each
-kind of streaming chat at concurrency 32 with `benchmarks.load_gen`, and records the gateway
-with `py-spy record --threads` (Python frames, 50 Hz; `--nonblocking` samples without pausing
-the gateway but may read torn stacks).
+kind of streaming chat (`--full`: non-streamed) at concurrency 32 with `benchmarks.load_gen`,
+and records the gateway with `py-spy record --threads` (Python frames, 50 Hz; `--nonblocking`
+samples without pausing the gateway but may read torn stacks).
 
 The gateway's CPU time per request is first split by thread, from the kernel's per-thread
 counters (/proc) over the measured window: the main thread (event loop: HTTP, gRPC client
@@ -65,6 +65,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("PIL/", "image: decode (PIL)"),
     ("multimodal/media.py", "image: load (data URI, base64)"),
     ("multimodal/", "image: other"),
+    ("gateway/grpc_stream.py", "gRPC client (ours, streams)"),
     ("gateway/detokenizer.py", "detokenize"),
     ("gateway/chat_template.py", "chat template + tokenize"),
     ("gateway/chat.py", "chat template + tokenize"),
@@ -109,6 +110,7 @@ class Samples:
 @dataclass
 class Profile:
     kind: str
+    stream: bool
     samples: dict[str, Samples]
     threads_ms: dict[str, float]
     rps: float
@@ -142,7 +144,7 @@ def read_folded(path: Path) -> dict[str, Samples]:
 
 
 def profile_kind(
-    stack: Stack, kind: str, seconds: float, out: Path, nonblocking: bool = False
+    stack: Stack, case: Case, seconds: float, out: Path, nonblocking: bool = False
 ) -> Profile:
     pid = stack.services["ours"].process.pid
     extra = ["--nonblocking"] if nonblocking else []
@@ -152,10 +154,11 @@ def profile_kind(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    run = run_load(stack, "ours", Case(kind, True, CONCURRENCY), seconds)
+    run = run_load(stack, "ours", case, seconds)
     names = thread_names(pid)
     spy.wait(timeout=seconds + 30)
-    return Profile(kind, read_folded(out), threads_ms(run, pid, names), run.load["rps"])
+    cpu = threads_ms(run, pid, names)
+    return Profile(case.kind, case.stream, read_folded(out), cpu, run.load["rps"])
 
 
 def thread_names(pid: int) -> dict[int, str]:
@@ -185,7 +188,8 @@ def threads_ms(run: RunResult, pid: int, names: dict[int, str]) -> dict[str, flo
 def thread_table(profile: Profile) -> str:
     total = sum(profile.threads_ms.values())
     rows = [
-        f"**{profile.kind}** (stream, c={CONCURRENCY}): {profile.rps:.0f} req/s under py-spy, "
+        f"**{profile.kind}** ({'stream' if profile.stream else 'full'}, c={CONCURRENCY}): "
+        f"{profile.rps:.0f} req/s under py-spy, "
         f"{total:.2f} ms gateway CPU per request\n",
         "| thread | CPU ms/request |",
         "|---|---|",
@@ -237,6 +241,7 @@ def _short(frame: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.profile_gateway", description=__doc__)
     p.add_argument("--kinds", nargs="+", choices=("text", "image"), default=["text", "image"])
+    p.add_argument("--full", action="store_true", help="non-streamed requests")
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--nonblocking", action="store_true", help="do not pause the gateway")
     p.add_argument("--ours-env", action="append", default=[], metavar="KEY=VALUE")
@@ -258,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             for kind in args.kinds:
                 print(f"profiling {kind} ...", flush=True)
                 out = workdir / f"{kind}.folded"
-                profiles.append(profile_kind(stack, kind, args.seconds, out, args.nonblocking))
+                case = Case(kind, not args.full, CONCURRENCY)
+                profiles.append(profile_kind(stack, case, args.seconds, out, args.nonblocking))
         finally:
             stop_stack(stack)
     for profile in profiles:
