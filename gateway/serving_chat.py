@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -206,9 +207,10 @@ class _Run:
         self.usage = self.generation.usage
         self.id = generate.request_id
         self.created = int(time.time())
-        self._writer = ChunkWriter(
-            self.id, "chat.completion.chunk", self.created, service.model_name
-        )
+
+    @functools.cached_property
+    def _writer(self) -> ChunkWriter:  # streams only
+        return ChunkWriter(self.id, "chat.completion.chunk", self.created, self.service.model_name)
 
     def _responses(self) -> AsyncIterator[tuple[Choice, bool]]:
         return self.generation.responses()

@@ -1,0 +1,69 @@
+"""HotRoutes on its own: what reaches the handler, what the client gets when it fails.
+(The real routes run through it in every gateway test.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from starlette.datastructures import State
+from starlette.responses import PlainTextResponse
+
+from gateway.errors import GatewayError
+from gateway.hot_routes import HotRoutes
+
+
+async def fallback(scope, receive, send) -> None:
+    await PlainTextResponse("fallback")(scope, receive, send)
+
+
+async def echo(state: State, body: object) -> dict:
+    if body == "boom":
+        raise RuntimeError("a bug")
+    if body == "bad":
+        raise GatewayError("bad input", 400, "messages")
+    return {"got": body, "state": state.name}
+
+
+def requests(check) -> None:
+    """Runs `check(client)` against HotRoutes with one route, /v1/x -> echo."""
+    state = State()
+    state.name = "s"
+    app = HotRoutes(fallback, {"/v1/x": echo}, state)
+
+    async def run() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            await check(client)
+
+    asyncio.run(run())
+
+
+def test_body_and_state_reach_the_handler():
+    async def check(client: httpx.AsyncClient) -> None:
+        reply = await client.post("/v1/x", json={"a": [1, "é"]})
+        assert reply.status_code == 200
+        assert reply.json() == {"got": {"a": [1, "é"]}, "state": "s"}
+        assert (await client.get("/other")).text == "fallback"
+
+    requests(check)
+
+
+def test_failures_are_openai_shaped():
+    async def check(client: httpx.AsyncClient) -> None:
+        reply = await client.post("/v1/x", json="bad")
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "messages"
+        reply = await client.post("/v1/x", json="boom")
+        assert reply.status_code == 500
+        assert reply.json()["error"] == {
+            "message": "internal server error",
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+        reply = await client.post("/v1/x", content=b"\xff")
+        assert reply.status_code == 400 and "not valid JSON" in reply.json()["error"]["message"]
+        reply = await client.get("/v1/x")
+        assert reply.status_code == 405 and reply.headers["allow"] == "POST"
+
+    requests(check)
