@@ -110,7 +110,7 @@ static PyObject *py_resize(PyObject *self, PyObject *args)
         axis_parse(v_obj, h_in, h_out, "height", &v))
         goto out;
     image_rows rows = {dst.buf, (size_t)w_out * channels};
-    const row_sink sink = {image_row, NULL, &rows};
+    const row_sink sink = {image_row, NULL, &rows, 0};
     Py_BEGIN_ALLOW_THREADS
     status = resample_image(src.buf, h_in, w_in, channels, h_out, w_out,
                             h.present ? &h.plan : NULL, v.present ? &v.plan : NULL, &sink);
@@ -176,7 +176,7 @@ static PyObject *py_qwen_patches(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto out;
     }
-    const row_sink sink = {qwen_patches_target, qwen_patches_row, &q};
+    const row_sink sink = {qwen_patches_target, qwen_patches_row, &q, q.plane};
     Py_BEGIN_ALLOW_THREADS
     status = resample_image(src.buf, h_in, w_in, 3, h_out, w_out, h.present ? &h.plan : NULL,
                             v.present ? &v.plan : NULL, &sink);

@@ -1,6 +1,7 @@
-/* Qwen-VL patches from resized rows: rows are split into the channel planes of a band of
- * patch*merge rows (as uint8, or normalized float32); each full band is written out patch
- * after patch, runs of `patch` elements copied, every temporal copy a copy of the first. */
+/* Qwen-VL patches from resized rows: the resize delivers rows as channel planes, into a band of
+ * patch*merge rows (uint8 rows straight into the band, float32 ones normalized into it); each
+ * full band is written out patch after patch, runs of `patch` elements copied, every temporal
+ * copy a copy of the first. */
 #include "qwen_patches.h"
 
 #include <stdlib.h>
@@ -8,51 +9,42 @@
 
 #include "cpu.h"
 
-#define ROW_PAD 32
+#define ROW_PAD 64
 
 static int band_rows(const qwen_patches *q)
 {
     return q->patch * q->merge;
 }
 
-static size_t element(const qwen_patches *q)
-{
-    return q->normalize ? sizeof(float) : 1;
-}
-
 int qwen_patches_open(qwen_patches *q)
 {
-    q->band = malloc((size_t)3 * band_rows(q) * q->width * element(q));
-    q->row = malloc((size_t)3 * q->width + ROW_PAD);
-    q->split = malloc((size_t)3 * q->width);
-    return q->band && q->row && q->split ? 0 : -1;
+    q->plane = ((size_t)q->width + 15) / 16 * 16;
+    if (q->normalize) { /* rows arrive in `row`, normalized into 3 float planes of the band */
+        q->band = malloc((size_t)3 * band_rows(q) * q->width * sizeof(float));
+        q->row = malloc(3 * q->plane + ROW_PAD);
+    } else { /* rows arrive in the band itself, each as 3 planes */
+        q->band = malloc(band_rows(q) * 3 * q->plane + ROW_PAD);
+        q->row = NULL;
+    }
+    return q->band && (q->row || !q->normalize) ? 0 : -1;
 }
 
 void qwen_patches_close(qwen_patches *q)
 {
     free(q->band);
     free(q->row);
-    free(q->split);
-    q->band = q->row = q->split = NULL;
+    q->band = q->row = NULL;
 }
 
 uint8_t *qwen_patches_target(void *ctx, int y)
 {
-    (void)y;
-    return ((qwen_patches *)ctx)->row;
+    const qwen_patches *q = ctx;
+    if (q->normalize)
+        return q->row;
+    return q->band + (size_t)(y % band_rows(q)) * 3 * q->plane;
 }
 
-/* ---- RGB rows to planes ------------------------------------------------------------------- */
-
-static void split_generic(const uint8_t *row, int from, int width, uint8_t *r, uint8_t *g,
-                          uint8_t *b)
-{
-    for (int x = from; x < width; x++) {
-        r[x] = row[3 * x];
-        g[x] = row[3 * x + 1];
-        b[x] = row[3 * x + 2];
-    }
-}
+/* ---- normalizing ------------------------------------------------------------------------- */
 
 static void normalize_generic(const uint8_t *values, int from, int n, float mean, float std,
                               float *out)
@@ -62,36 +54,6 @@ static void normalize_generic(const uint8_t *values, int from, int n, float mean
 }
 
 #ifdef MMGATE_X86
-/* 16 pixels (48 bytes) at a time: each plane gathers its bytes from the three 16-byte blocks. */
-AVX2 static int split_avx2(const uint8_t *row, int width, uint8_t *r, uint8_t *g, uint8_t *b)
-{
-#define M(...) _mm_setr_epi8(__VA_ARGS__)
-    const __m128i r0 = M(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m128i r1 = M(-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1);
-    const __m128i r2 = M(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13);
-    const __m128i g0 = M(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m128i g1 = M(-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1);
-    const __m128i g2 = M(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14);
-    const __m128i b0 = M(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m128i b1 = M(-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1);
-    const __m128i b2 = M(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15);
-#undef M
-    int x = 0;
-    for (; x + 16 <= width; x += 16) {
-        const __m128i p0 = _mm_loadu_si128((const __m128i *)(row + 3 * x));
-        const __m128i p1 = _mm_loadu_si128((const __m128i *)(row + 3 * x + 16));
-        const __m128i p2 = _mm_loadu_si128((const __m128i *)(row + 3 * x + 32));
-#define PLANE(m0, m1, m2)                                                                  \
-    _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(p0, m0), _mm_shuffle_epi8(p1, m1)),       \
-                 _mm_shuffle_epi8(p2, m2))
-        _mm_storeu_si128((__m128i *)(r + x), PLANE(r0, r1, r2));
-        _mm_storeu_si128((__m128i *)(g + x), PLANE(g0, g1, g2));
-        _mm_storeu_si128((__m128i *)(b + x), PLANE(b0, b1, b2));
-#undef PLANE
-    }
-    return x;
-}
-
 /* 8 values at a time, the same IEEE float32 subtraction and division as the scalar code. */
 AVX2 static int normalize_avx2(const uint8_t *values, int n, float mean, float std, float *out)
 {
@@ -106,16 +68,6 @@ AVX2 static int normalize_avx2(const uint8_t *values, int n, float mean, float s
 }
 #endif
 
-static void split(const uint8_t *row, int width, uint8_t *r, uint8_t *g, uint8_t *b)
-{
-    int done = 0;
-#ifdef MMGATE_X86
-    if (cpu_has_avx2())
-        done = split_avx2(row, width, r, g, b);
-#endif
-    split_generic(row, done, width, r, g, b);
-}
-
 static void normalize(const uint8_t *values, int n, float mean, float std, float *out)
 {
     int done = 0;
@@ -124,22 +76,6 @@ static void normalize(const uint8_t *values, int n, float mean, float std, float
         done = normalize_avx2(values, n, mean, std, out);
 #endif
     normalize_generic(values, done, n, mean, std, out);
-}
-
-/* Row r of the band's planes: uint8 as they are, or normalized to float32. */
-static void to_band(const qwen_patches *q, const uint8_t *row, int r)
-{
-    const int w = q->width;
-    const size_t plane = (size_t)band_rows(q) * w;
-    if (!q->normalize) {
-        uint8_t *at = q->band + (size_t)r * w;
-        split(row, w, at, at + plane, at + 2 * plane);
-        return;
-    }
-    split(row, w, q->split, q->split + w, q->split + 2 * w);
-    float *at = (float *)q->band + (size_t)r * w;
-    for (int c = 0; c < 3; c++)
-        normalize(q->split + c * w, w, q->normalize[c], q->normalize[3 + c], at + c * plane);
 }
 
 /* ---- a band of planes to patches ---------------------------------------------------------- */
@@ -157,11 +93,59 @@ static inline void copy_run(uint8_t *to, const uint8_t *from, size_t bytes)
     }
 }
 
-static void write_band(const qwen_patches *q, int band)
+#ifdef MMGATE_X86
+/* One channel of one uint8 patch, p <= 16: its p runs of p bytes loaded once (16 bytes each:
+ * the band has padding past every plane), stored t times. Within a copy, each 16-byte store's
+ * extra bytes land where the next run goes and are overwritten by it; the last run is stored
+ * masked, so nothing past the copy is touched. */
+AVX512 static inline void patch_u8_avx512(uint8_t *out, const uint8_t *from, size_t row,
+                                          const int p, int t)
+{
+    __m128i runs[16];
+    for (int py = 0; py < p; py++)
+        runs[py] = _mm_loadu_si128((const __m128i *)(from + py * row));
+    const __mmask16 last = (__mmask16)((1u << p) - 1);
+    for (int copy = 0; copy < t; copy++, out += p * p) {
+        for (int py = 0; py < p - 1; py++)
+            _mm_storeu_si128((__m128i *)(out + py * p), runs[py]);
+        _mm_mask_storeu_epi8(out + (p - 1) * p, last, runs[p - 1]);
+    }
+}
+
+/* write_band for uint8 patches of 14 or 16 (Qwen2/2.5-VL, Qwen3-VL). */
+AVX512 static void write_band_u8_avx512(const qwen_patches *q, int band)
 {
     const int p = q->patch, m = q->merge, t = q->temporal, w = q->width;
-    const size_t run = p * element(q), row = w * element(q), plane = p * run;
-    const size_t channel_plane = band_rows(q) * row;
+    const size_t row = 3 * q->plane, plane = (size_t)p * p;
+    uint8_t *out = (uint8_t *)q->out + (size_t)band * (w / p) * m * 3 * t * plane;
+    for (int gx = 0; gx < w / p / m; gx++)
+        for (int my = 0; my < m; my++)
+            for (int mx = 0; mx < m; mx++) {
+                const uint8_t *from = q->band + my * p * row + (size_t)(gx * m + mx) * p;
+                for (int c = 0; c < 3; c++, from += q->plane, out += t * plane) {
+                    if (p == 14)
+                        patch_u8_avx512(out, from, row, 14, t);
+                    else
+                        patch_u8_avx512(out, from, row, 16, t);
+                }
+            }
+}
+#endif
+
+static void write_band(const qwen_patches *q, int band)
+{
+#ifdef MMGATE_X86
+    if (!q->normalize && (q->patch == 14 || q->patch == 16) && cpu_has_avx512()) {
+        write_band_u8_avx512(q, band);
+        return;
+    }
+#endif
+    const int p = q->patch, m = q->merge, t = q->temporal, w = q->width;
+    const size_t element = q->normalize ? sizeof(float) : 1;
+    const size_t run = p * element, plane = p * run;
+    /* bytes from a band row to the next, and from a channel's plane to the next */
+    const size_t row = q->normalize ? w * element : 3 * q->plane;
+    const size_t channel_plane = q->normalize ? band_rows(q) * row : q->plane;
     const size_t patches_per_band = (size_t)(w / p) * m;
     uint8_t *out = (uint8_t *)q->out + band * patches_per_band * 3 * t * plane;
     for (int gx = 0; gx < w / p / m; gx++) {
@@ -184,7 +168,13 @@ void qwen_patches_row(void *ctx, int y, const uint8_t *row)
 {
     const qwen_patches *q = ctx;
     const int rows = band_rows(q);
-    to_band(q, row, y % rows);
+    if (q->normalize) {
+        const size_t plane = (size_t)rows * q->width;
+        float *at = (float *)q->band + (size_t)(y % rows) * q->width;
+        for (int c = 0; c < 3; c++)
+            normalize(row + c * q->plane, q->width, q->normalize[c], q->normalize[3 + c],
+                      at + c * plane);
+    }
     if (y % rows == rows - 1)
         write_band(q, y / rows);
 }

@@ -6,13 +6,14 @@
  * copy. As multimodal/processors/qwen_vl.py's numpy _patchify does, element for element;
  * normalized floats are float32 (x - mean[c]) / std[c], the two operations numpy does.
  *
- * Rows are split into channel planes (normalized if asked) as they arrive; once patch*merge
+ * Rows arrive as channel planes (resample.h's planar rows; normalized if asked); once patch*merge
  * rows (one row of merge groups) are in, their patches are written out in order, so the output
  * is written sequentially, once.
  */
 #ifndef MMGATE_QWEN_PATCHES_H
 #define MMGATE_QWEN_PATCHES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -20,9 +21,10 @@ typedef struct {
     int patch, merge, temporal;
     void *out;                 /* uint8, or float32 if `normalize` is set */
     const float *normalize;    /* NULL, or mean[3] then std[3] */
-    uint8_t *band;             /* internal: 3 planes of patch*merge rows */
-    uint8_t *row;              /* internal: where the resize writes the row being done */
-    uint8_t *split;            /* internal: the row as 3 uint8 planes, before normalizing */
+    size_t plane;              /* set by qwen_patches_open: the row_sink's plane (resample.h) */
+    uint8_t *band;             /* internal: patch*merge rows of 3 uint8 planes each, or 3
+                                * float32 planes of patch*merge rows */
+    uint8_t *row;              /* internal: float32 only, where the resize writes a row */
 } qwen_patches;
 
 /* Allocates the buffers. Returns 0, or -1 if memory ran out. */

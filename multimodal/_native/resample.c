@@ -38,6 +38,17 @@ static void h_row_generic(const uint8_t *in, uint8_t *out, int w_out, int channe
     }
 }
 
+/* An interleaved RGB row to 3 planes, `plane` bytes apart. */
+static void split_rgb(const uint8_t *row, int width, uint8_t *out, size_t plane)
+{
+    uint8_t *r = out, *g = out + plane, *b = out + 2 * plane;
+    for (int x = 0; x < width; x++) {
+        r[x] = row[3 * x];
+        g[x] = row[3 * x + 1];
+        b[x] = row[3 * x + 2];
+    }
+}
+
 #define V_CHUNK 256 /* int32 partial sums per block: they stay in L1, and the loops vectorize */
 
 static void v_row_generic(const uint8_t *const *rows, int n, const int16_t *w, int precision,
@@ -299,7 +310,7 @@ static void rgb512_plan_close(rgb512_plan *rp)
 /* One row: per group, 2 loads of the window (masked at the row's end); per tap pair and channel one byte permutation of
  * the window and one dot product; then 3 shifts, 3 packs, 1 byte permutation, 1 masked store. */
 AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb512_plan *rp,
-                                    int precision)
+                                    int precision, size_t plane)
 {
     /* after the packs, 128-bit lane k holds bytes 4k..4k+3 of R, G, B, B: output byte 3i + c
      * is channel c's byte i */
@@ -313,7 +324,7 @@ AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb51
     const __m128i shift = _mm_cvtsi32_si128(precision);
     const __mmask64 even = 0x5555555555555555ULL, bytes48 = (1ULL << 48) - 1;
     const __m512i *v = rp->vectors;
-    for (int g = 0; g < rp->groups; g++, out += 48) {
+    for (int g = 0; g < rp->groups; g++, out += plane ? 16 : 48) {
         const uint8_t *window = in + rp->windows[g];
         const size_t left = rp->in_row - (size_t)rp->windows[g];
         __m512i lo, hi;
@@ -341,6 +352,15 @@ AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb51
         sr = _mm512_sra_epi32(sr, shift);
         sg = _mm512_sra_epi32(sg, shift);
         sb = _mm512_sra_epi32(sb, shift);
+        if (plane) { /* per plane: negative sums to 0, then an unsigned saturating narrowing */
+            const __m512i zero = _mm512_setzero_si512();
+            _mm_storeu_si128((__m128i *)out, _mm512_cvtusepi32_epi8(_mm512_max_epi32(sr, zero)));
+            _mm_storeu_si128((__m128i *)(out + plane),
+                             _mm512_cvtusepi32_epi8(_mm512_max_epi32(sg, zero)));
+            _mm_storeu_si128((__m128i *)(out + 2 * plane),
+                             _mm512_cvtusepi32_epi8(_mm512_max_epi32(sb, zero)));
+            continue;
+        }
         const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sr, sg),
                                                   _mm512_packs_epi32(sb, sb));
         _mm512_mask_storeu_epi8(out, bytes48, _mm512_permutexvar_epi8(order, bytes));
@@ -377,11 +397,28 @@ AVX512 static void v_row_avx512(const uint8_t *const *rows, int n, const int16_t
                                                    _mm512_packs_epi32(s2, s3));
         _mm512_storeu_si512(out + j, packed);
     }
-    if (j < len) {
-        const uint8_t *tail[64];
-        for (int k = 0; k < n; k++)
-            tail[k] = rows[k] + j;
-        v_row_avx2(tail, n, w, precision, out + j, len - j);
+    if (j < len) { /* the same on the last < 64 bytes, loaded and stored masked */
+        const __mmask64 mask = (1ULL << (len - j)) - 1;
+        __m512i s0 = start, s1 = start, s2 = start, s3 = start;
+        for (int k = 0; k < n; k += 2) {
+            const __m512i a = _mm512_maskz_loadu_epi8(mask, rows[k] + j);
+            const __m512i b = k + 1 < n ? _mm512_maskz_loadu_epi8(mask, rows[k + 1] + j) : zero;
+            int32_t pair;
+            memcpy(&pair, w + k, sizeof pair);
+            const __m512i wk = _mm512_set1_epi32(pair);
+            const __m512i lo = _mm512_unpacklo_epi8(a, b), hi = _mm512_unpackhi_epi8(a, b);
+            s0 = _mm512_dpwssd_epi32(s0, _mm512_unpacklo_epi8(lo, zero), wk);
+            s1 = _mm512_dpwssd_epi32(s1, _mm512_unpackhi_epi8(lo, zero), wk);
+            s2 = _mm512_dpwssd_epi32(s2, _mm512_unpacklo_epi8(hi, zero), wk);
+            s3 = _mm512_dpwssd_epi32(s3, _mm512_unpackhi_epi8(hi, zero), wk);
+        }
+        s0 = _mm512_sra_epi32(s0, shift);
+        s1 = _mm512_sra_epi32(s1, shift);
+        s2 = _mm512_sra_epi32(s2, shift);
+        s3 = _mm512_sra_epi32(s3, shift);
+        const __m512i packed = _mm512_packus_epi16(_mm512_packs_epi32(s0, s1),
+                                                   _mm512_packs_epi32(s2, s3));
+        _mm512_mask_storeu_epi8(out + j, mask, packed);
     }
 }
 
@@ -414,7 +451,9 @@ typedef struct {
     const uint8_t *src;
     int h_in, channels, w_out;
     size_t in_row;             /* bytes per input row */
-    const axis_plan *plan;     /* NULL: no width pass, rows are read from src */
+    const axis_plan *plan;     /* NULL: no width pass, rows are read from src (or split) */
+    size_t plane;              /* 0: ring rows interleaved; else 3 planes this many bytes apart */
+    uint8_t *scratch;          /* planar rows from interleaving kernels: the row before its split */
     uint8_t *ring;             /* ring_rows rows of ring_row bytes */
     size_t ring_row;
     int ring_rows;
@@ -442,22 +481,31 @@ static uint8_t *ring_row(const width_pass *wp, int r)
 
 static void width_pass_row(width_pass *wp, int r)
 {
-#ifdef MMGATE_X86
-    if (wp->rgb512.groups) {
-        h_row_rgb_avx512(input_row(wp, r), ring_row(wp, r), &wp->rgb512, wp->plan->precision);
+    if (!wp->plan) { /* planar rows of an image as wide as the output */
+        split_rgb(wp->src + (size_t)r * wp->in_row, wp->w_out, ring_row(wp, r), wp->plane);
         return;
     }
-    if (wp->rgb.weights) {
-        h_row_rgb_avx2(input_row(wp, r), ring_row(wp, r), &wp->rgb, wp->plan->precision);
+#ifdef MMGATE_X86
+    if (wp->rgb512.groups) {
+        h_row_rgb_avx512(input_row(wp, r), ring_row(wp, r), &wp->rgb512, wp->plan->precision,
+                         wp->plane);
         return;
     }
 #endif
-    h_row_generic(input_row(wp, r), ring_row(wp, r), wp->w_out, wp->channels, wp->plan);
+    uint8_t *out = wp->plane ? wp->scratch : ring_row(wp, r);
+#ifdef MMGATE_X86
+    if (wp->rgb.weights)
+        h_row_rgb_avx2(input_row(wp, r), out, &wp->rgb, wp->plan->precision);
+    else
+#endif
+        h_row_generic(input_row(wp, r), out, wp->w_out, wp->channels, wp->plan);
+    if (wp->plane)
+        split_rgb(out, wp->w_out, ring_row(wp, r), wp->plane);
 }
 
 static const uint8_t *source_row(width_pass *wp, int r)
 {
-    if (!wp->plan)
+    if (!wp->ring)
         return wp->src + (size_t)r * wp->in_row;
     for (; wp->next <= r; wp->next++)
         width_pass_row(wp, wp->next);
@@ -465,7 +513,7 @@ static const uint8_t *source_row(width_pass *wp, int r)
 }
 
 static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_in, int channels,
-                           int w_out, const axis_plan *plan, int window)
+                           int w_out, const axis_plan *plan, int window, size_t plane)
 {
     memset(wp, 0, sizeof *wp);
     wp->src = src;
@@ -474,6 +522,15 @@ static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_i
     wp->w_out = w_out;
     wp->in_row = (size_t)w_in * channels;
     wp->plan = plan;
+    wp->plane = plane;
+    wp->tail_from = h_in;
+    if (!plan && !plane)
+        return 0;
+    wp->ring_rows = window;
+    wp->ring_row = (plane ? 3 * plane : (size_t)w_out * channels) + ROW_PAD;
+    wp->ring = malloc(wp->ring_row * wp->ring_rows);
+    if (!wp->ring)
+        return -1;
     if (!plan)
         return 0;
     size_t overread = ROW_PAD;
@@ -489,10 +546,15 @@ static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_i
             return -1;
         overread = rgb_overread(plan);
     }
+    const int planar_kernel = wp->rgb512.groups > 0;
+#else
+    const int planar_kernel = 0;
 #endif
-    wp->ring_rows = window;
-    wp->ring_row = (size_t)w_out * channels + ROW_PAD;
-    wp->ring = malloc(wp->ring_row * wp->ring_rows);
+    if (plane && !planar_kernel) { /* other kernels write interleaved rows, then split */
+        wp->scratch = malloc((size_t)w_out * channels + ROW_PAD);
+        if (!wp->scratch)
+            return -1;
+    }
     /* Row r's loads end before (r + 1) * in_row + overread: rows within that many bytes of the
      * end of the input are read from a copy followed by zeros. */
     size_t tail_rows = 1 + (overread + wp->in_row - 1) / wp->in_row;
@@ -500,7 +562,7 @@ static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_i
         tail_rows = (size_t)h_in;
     wp->tail_from = h_in - (int)tail_rows;
     wp->tail = calloc(tail_rows * wp->in_row + overread, 1);
-    if (!wp->ring || !wp->tail)
+    if (!wp->tail)
         return -1;
     memcpy(wp->tail, src + (size_t)wp->tail_from * wp->in_row, tail_rows * wp->in_row);
     return 0;
@@ -513,6 +575,7 @@ static void width_pass_close(width_pass *wp)
     rgb512_plan_close(&wp->rgb512);
 #endif
     free(wp->ring);
+    free(wp->scratch);
     free(wp->tail);
 }
 
@@ -540,11 +603,13 @@ static int max_taps(const axis_plan *plan, int n_out)
 int resample_image(const uint8_t *src, int h_in, int w_in, int channels, int h_out, int w_out,
                    const axis_plan *horizontal, const axis_plan *vertical, const row_sink *sink)
 {
-    const size_t len = (size_t)w_out * channels;
+    const size_t plane = channels == 3 ? sink->plane : 0;
+    const size_t len = plane ? 3 * plane : (size_t)w_out * channels;
     const int window = vertical ? max_taps(vertical, h_out) : 1;
     const uint8_t **rows = malloc(sizeof *rows * (size_t)window);
     width_pass wp;
-    int status = width_pass_open(&wp, src, h_in, w_in, channels, w_out, horizontal, window);
+    int status = width_pass_open(&wp, src, h_in, w_in, channels, w_out, horizontal, window,
+                                 plane);
     if (!rows || status) {
         status = -1;
         goto out;

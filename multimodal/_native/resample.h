@@ -21,11 +21,16 @@ typedef struct {
 
 /* Receives the output rows of a resize, top to bottom. */
 typedef struct {
-    /* Where output row y is to be written (w_out * channels bytes); NULL: no copy wanted. */
+    /* Where output row y is to be written (w_out * channels bytes, or 3 * plane); NULL: no copy
+     * wanted. */
     uint8_t *(*target)(void *ctx, int y);
     /* Called once row y is complete, with the row; may be NULL. */
     void (*done)(void *ctx, int y, const uint8_t *row);
     void *ctx;
+    /* 0: rows are w_out * channels interleaved bytes. Else (3 channels only): rows are 3 channel
+     * planes, `plane` bytes apart (at least w_out rounded up to 16; the bytes past w_out are
+     * scratch), so a row is 3 * plane bytes. */
+    size_t plane;
 } row_sink;
 
 /* Resize an h_in x w_in x channels image (rows contiguous); a NULL plan skips that axis.
