@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import random
+import sys
+import threading
 import time
-import uuid
 
 _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "mmgate_request_id", default=None
@@ -26,8 +28,14 @@ def current_request_id() -> str | None:
     return _request_id.get()
 
 
+def new_request_id() -> str:
+    """32 random hex digits, as uuid4().hex, without its getrandom() system call: that call
+    gives up the GIL, and under load taking it back from the preprocessing threads can wait."""
+    return f"{random.getrandbits(128):032x}"
+
+
 def bind_request_id(value: str | None) -> tuple[contextvars.Token, contextvars.Token]:
-    return _request_id.set(value or uuid.uuid4().hex), _from_client.set(bool(value))
+    return _request_id.set(value or new_request_id()), _from_client.set(bool(value))
 
 
 def unbind_request_id(tokens: tuple[contextvars.Token, contextvars.Token]) -> None:
@@ -38,7 +46,7 @@ def unbind_request_id(tokens: tuple[contextvars.Token, contextvars.Token]) -> No
 def engine_request_id(body_request_id: str | None) -> str:
     """As vLLM: the client's X-Request-Id, else the body's request_id, else our own id."""
     if _from_client.get() or not body_request_id:
-        return current_request_id() or uuid.uuid4().hex
+        return current_request_id() or new_request_id()
     return body_request_id
 
 
@@ -93,9 +101,54 @@ class TextFormatter(logging.Formatter):
         return line + "".join(f" {k}={v}" for k, v in fields.items())
 
 
+class BatchedStreamHandler(logging.StreamHandler):
+    """A StreamHandler that writes what it was given at most every `interval` seconds (a
+    background thread), at once for warnings and errors, and on close. Under load the gateway
+    writes one access line per request; a write per line gives up the GIL each time, and the
+    event loop can then wait for the preprocessing threads to hand it back. A process killed
+    with SIGKILL loses at most `interval` seconds of info lines."""
+
+    def __init__(self, stream=None, interval: float = 0.1) -> None:  # noqa: ANN001 - as logging
+        super().__init__(stream)
+        self.pending: list[str] = []
+        self.interval = interval
+        threading.Thread(target=self._flush_periodically, name="log-flush", daemon=True).start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        self.pending.append(line)  # under the handler's lock (Handler.handle)
+        if record.levelno >= logging.WARNING:
+            self._write()
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            self._write()
+        finally:
+            self.release()
+
+    def _write(self) -> None:
+        if self.pending:
+            lines, self.pending = "".join(self.pending), []
+            try:
+                self.stream.write(lines)
+                self.stream.flush()
+            except (OSError, ValueError):  # stream closed or gone: nowhere to report it
+                pass
+
+    def _flush_periodically(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            self.flush()
+
+
 def configure_logging(log_format: str = "text", level: int = logging.INFO) -> None:
     """Root handler for the gateway process; uvicorn's loggers go through it too."""
-    handler = logging.StreamHandler()
+    handler = BatchedStreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(_WithRequestId())
     root = logging.getLogger()

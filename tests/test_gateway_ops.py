@@ -4,6 +4,7 @@ equal to vLLM's handlers, API keys, CORS, request ids in headers and logs, /metr
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import openai
@@ -128,9 +129,14 @@ def test_request_id_in_header_body_and_logs(gateway):
     assert chat.parse().id == "chatcmpl-trace-42"  # as vLLM names it
     fresh = httpx.get(f"{gateway.base_url}/health").headers["x-request-id"]
     assert len(fresh) == 32
-    lines = [json.loads(line) for line in gateway.log_path.read_text().splitlines()
-             if line.startswith("{")]  # fmt: skip
-    access = [e for e in lines if e.get("request_id") == "trace-42"]
+    deadline = time.monotonic() + 5  # info lines are written in batches, every 0.1 s
+    while True:
+        lines = [json.loads(line) for line in gateway.log_path.read_text().splitlines()
+                 if line.startswith("{")]  # fmt: skip
+        access = [e for e in lines if e.get("request_id") == "trace-42"]
+        if access or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert access, "no log line carries the request id"
     line = access[-1]
     assert line["logger"] == "mmgate.access"
