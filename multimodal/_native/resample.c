@@ -235,9 +235,10 @@ AVX2 static void v_row_avx2(const uint8_t *const *rows, int n, const int16_t *w,
  * bilinear) use the AVX2 kernel. */
 typedef struct {
     int groups;          /* groups of 16 outputs; 0: this layout does not fit the plan */
+    int quads;           /* 1: steps of 4 taps (see h_row_rgb_avx512_quads), 0: tap pairs */
     int32_t *windows;    /* groups: byte offset of each group's window in the row */
-    int32_t *pairs;      /* groups: tap pairs the group needs (its most taps / 2, rounded up) */
-    __m512i *vectors;    /* per group: the indexes, then the weights of each tap pair */
+    int32_t *pairs;      /* groups: steps the group needs (its most taps / 2 or 4, rounded up) */
+    __m512i *vectors;    /* per group: the indexes, then the weights of each step */
     size_t in_row;       /* bytes per input row: windows past its end are read masked */
 } rgb512_plan;
 
@@ -248,11 +249,39 @@ static int32_t pair16(int lo, int hi)
     return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
 }
 
-/* 0, or 1 if the plan does not fit (rp->groups stays 0), or -1 if memory ran out. */
+/* Whether int16 weight w splits into s8 halves: w = 256 * high + low. */
+static int splits(int w)
+{
+    return w >= -128 * 256 - 128 && w <= 127 * 256 + 127;
+}
+
+static int8_t high_byte(int w)
+{
+    return (int8_t)((w + 128) >> 8);
+}
+
+static int8_t low_byte(int w)
+{
+    return (int8_t)(w - 256 * high_byte(w));
+}
+
+static int32_t quad8(const int8_t b[4])
+{
+    return (int32_t)((uint32_t)(uint8_t)b[0] | (uint32_t)(uint8_t)b[1] << 8 |
+                     (uint32_t)(uint8_t)b[2] << 16 | (uint32_t)(uint8_t)b[3] << 24);
+}
+
+/* 0, or 1 if the plan does not fit (rp->groups stays 0), or -1 if memory ran out. Steps of 4
+ * taps when every weight splits into s8 halves, else of 2. */
 static int rgb512_plan_open(rgb512_plan *rp, const axis_plan *plan, int w_out, size_t in_row)
 {
     if (w_out <= 0)
         return 1;
+    int quads = 1;
+    for (int x = 0; x < w_out && quads; x++)
+        for (int k = 0; k < plan->sizes[x]; k++)
+            quads = quads && splits(plan->weights[(size_t)x * plan->stride + k]);
+    const int taps = quads ? 4 : 2; /* per step */
     const size_t groups = ((size_t)w_out + 15) / 16;
     size_t vectors = 0;
     for (int g = 0; g < (int)groups; g++) {
@@ -263,7 +292,7 @@ static int rgb512_plan_open(rgb512_plan *rp, const axis_plan *plan, int w_out, s
                 return 1;
             most = plan->sizes[x] > most ? plan->sizes[x] : most;
         }
-        vectors += 1 + (size_t)((most + 1) / 2);
+        vectors += 1 + (size_t)(quads + 1) * ((most + taps - 1) / taps);
     }
     rp->windows = calloc(groups, sizeof *rp->windows);
     rp->pairs = calloc(groups, sizeof *rp->pairs);
@@ -277,25 +306,44 @@ static int rgb512_plan_open(rgb512_plan *rp, const axis_plan *plan, int w_out, s
         int most = 1;
         for (int x = x0; x < x0 + 16 && x < w_out; x++)
             most = plan->sizes[x] > most ? plan->sizes[x] : most;
-        const int pairs = (most + 1) / 2;
+        const int steps = (most + taps - 1) / taps;
         rp->windows[g] = window;
-        rp->pairs[g] = pairs;
+        rp->pairs[g] = steps;
         for (int i = 0; i < 16; i++, v++) {
             const int x = x0 + i, first = x < w_out ? 3 * plan->starts[x] - window : 0;
-            *v = pair16(first, first + 3);
+            if (quads) {
+                const int8_t at[4] = {(int8_t)first, (int8_t)(first + 3), (int8_t)(first + 6),
+                                      (int8_t)(first + 9)};
+                *v = quad8(at);
+            } else {
+                *v = pair16(first, first + 3);
+            }
         }
-        for (int j = 0; j < pairs; j++) {
+        for (int j = 0; j < steps; j++) {
+            int16_t w[16][4] = {{0}};
+            for (int i = 0; i < 16; i++)
+                for (int t = 0; t < taps && x0 + i < w_out; t++)
+                    if (taps * j + t < plan->sizes[x0 + i])
+                        w[i][t] = plan->weights[(size_t)(x0 + i) * plan->stride + taps * j + t];
+            if (!quads) {
+                for (int i = 0; i < 16; i++, v++)
+                    *v = pair16(w[i][0], w[i][1]);
+                continue;
+            }
             for (int i = 0; i < 16; i++, v++) {
-                const int x = x0 + i;
-                int16_t w[2] = {0, 0};
-                for (int t = 0; t < 2 && x < w_out; t++)
-                    if (2 * j + t < plan->sizes[x])
-                        w[t] = plan->weights[(size_t)x * plan->stride + 2 * j + t];
-                *v = pair16(w[0], w[1]);
+                const int8_t high[4] = {high_byte(w[i][0]), high_byte(w[i][1]),
+                                        high_byte(w[i][2]), high_byte(w[i][3])};
+                *v = quad8(high);
+            }
+            for (int i = 0; i < 16; i++, v++) {
+                const int8_t low[4] = {low_byte(w[i][0]), low_byte(w[i][1]), low_byte(w[i][2]),
+                                       low_byte(w[i][3])};
+                *v = quad8(low);
             }
         }
     }
     rp->in_row = in_row;
+    rp->quads = quads;
     rp->groups = (int)groups;
     return 0;
 }
@@ -354,6 +402,73 @@ AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb51
         sb = _mm512_sra_epi32(sb, shift);
         if (plane) { /* per plane: negative sums to 0, then an unsigned saturating narrowing */
             const __m512i zero = _mm512_setzero_si512();
+            _mm_storeu_si128((__m128i *)out, _mm512_cvtusepi32_epi8(_mm512_max_epi32(sr, zero)));
+            _mm_storeu_si128((__m128i *)(out + plane),
+                             _mm512_cvtusepi32_epi8(_mm512_max_epi32(sg, zero)));
+            _mm_storeu_si128((__m128i *)(out + 2 * plane),
+                             _mm512_cvtusepi32_epi8(_mm512_max_epi32(sb, zero)));
+            continue;
+        }
+        const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sr, sg),
+                                                  _mm512_packs_epi32(sb, sb));
+        _mm512_mask_storeu_epi8(out, bytes48, _mm512_permutexvar_epi8(order, bytes));
+    }
+}
+
+/* h_row_rgb_avx512 with steps of 4 taps: per step and channel one byte permutation gathers
+ * each pixel's 4 tap bytes into its 32-bit lane, and two vpdpbusd add their products with the
+ * weights' high and low signed bytes (w = 256 * high + low, exact: the plan checked every
+ * weight splits), into separate sums joined at the end as 256 * high sum + low sum: half the
+ * permutations of the pair kernel for the same number of dot products. */
+AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const rgb512_plan *rp,
+                                          int precision, size_t plane)
+{
+    uint8_t order_bytes[64] = {0};
+    for (int i = 0; i < 16; i++)
+        for (int c = 0; c < 3; c++)
+            order_bytes[3 * i + c] = (uint8_t)(16 * (i / 4) + 4 * c + i % 4);
+    const __m512i order = _mm512_loadu_si512(order_bytes);
+    const __m512i start = _mm512_set1_epi32(rounding(precision));
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i one = _mm512_set1_epi8(1), twelve = _mm512_set1_epi8(12);
+    const __m128i shift = _mm_cvtsi32_si128(precision);
+    const __mmask64 bytes48 = (1ULL << 48) - 1;
+    const __m512i *v = rp->vectors;
+    for (int g = 0; g < rp->groups; g++, out += plane ? 16 : 48) {
+        const uint8_t *window = in + rp->windows[g];
+        const size_t left = rp->in_row - (size_t)rp->windows[g];
+        __m512i lo, hi;
+        if (left >= WINDOW) {
+            lo = _mm512_loadu_si512(window);
+            hi = _mm512_loadu_si512(window + 64);
+        } else { /* masked loads: nothing past the row is read */
+            lo = _mm512_maskz_loadu_epi8(left >= 64 ? ~0ULL : (1ULL << left) - 1, window);
+            hi = _mm512_maskz_loadu_epi8(left > 64 ? (1ULL << (left - 64)) - 1 : 0, window + 64);
+        }
+        __m512i ir = v[0];
+        __m512i ig = _mm512_add_epi8(ir, one);
+        __m512i ib = _mm512_add_epi8(ig, one);
+        __m512i hr = zero, hg = zero, hb = zero, sr = start, sg = start, sb = start;
+        v++;
+        for (int j = 0; j < rp->pairs[g]; j++, v += 2) {
+            const __m512i high = v[0], low = v[1];
+            const __m512i pr = _mm512_permutex2var_epi8(lo, ir, hi);
+            const __m512i pg = _mm512_permutex2var_epi8(lo, ig, hi);
+            const __m512i pb = _mm512_permutex2var_epi8(lo, ib, hi);
+            hr = _mm512_dpbusd_epi32(hr, pr, high);
+            sr = _mm512_dpbusd_epi32(sr, pr, low);
+            hg = _mm512_dpbusd_epi32(hg, pg, high);
+            sg = _mm512_dpbusd_epi32(sg, pg, low);
+            hb = _mm512_dpbusd_epi32(hb, pb, high);
+            sb = _mm512_dpbusd_epi32(sb, pb, low);
+            ir = _mm512_add_epi8(ir, twelve);
+            ig = _mm512_add_epi8(ig, twelve);
+            ib = _mm512_add_epi8(ib, twelve);
+        }
+        sr = _mm512_sra_epi32(_mm512_add_epi32(sr, _mm512_slli_epi32(hr, 8)), shift);
+        sg = _mm512_sra_epi32(_mm512_add_epi32(sg, _mm512_slli_epi32(hg, 8)), shift);
+        sb = _mm512_sra_epi32(_mm512_add_epi32(sb, _mm512_slli_epi32(hb, 8)), shift);
+        if (plane) {
             _mm_storeu_si128((__m128i *)out, _mm512_cvtusepi32_epi8(_mm512_max_epi32(sr, zero)));
             _mm_storeu_si128((__m128i *)(out + plane),
                              _mm512_cvtusepi32_epi8(_mm512_max_epi32(sg, zero)));
@@ -487,8 +602,8 @@ static void width_pass_row(width_pass *wp, int r)
     }
 #ifdef MMGATE_X86
     if (wp->rgb512.groups) {
-        h_row_rgb_avx512(input_row(wp, r), ring_row(wp, r), &wp->rgb512, wp->plan->precision,
-                         wp->plane);
+        (wp->rgb512.quads ? h_row_rgb_avx512_quads : h_row_rgb_avx512)(
+            input_row(wp, r), ring_row(wp, r), &wp->rgb512, wp->plan->precision, wp->plane);
         return;
     }
 #endif
