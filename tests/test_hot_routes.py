@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
+import pytest
 from starlette.datastructures import State
 from starlette.responses import PlainTextResponse
 
 from gateway.errors import GatewayError
-from gateway.hot_routes import HotRoutes
+from gateway.hot_routes import HotRoutes, parse_json
 
 
 async def fallback(scope, receive, send) -> None:
@@ -67,3 +69,20 @@ def test_failures_are_openai_shaped():
         assert reply.status_code == 405 and reply.headers["allow"] == "POST"
 
     requests(check)
+
+
+BODIES = [
+    '{"messages": [{"role": "user", "content": "é ✓ 😀 \\u00e9 \\ud83d\\ude00"}], "n": 1}',
+    '{"a": 1, "a": 2, "big": 123456789012345678901234567890, "f": [0.1, 1e400, -0.0, 1E-7]}',
+    '{"s": "\\ud800", "t": "\\"\\\\\\/\\b\\f\\n\\r\\t"}',  # a lone surrogate escape
+    " [ ] ",
+]
+
+
+def test_bodies_read_as_json_loads_reads_them():
+    for text in BODIES:
+        for raw in (text.encode(), text.encode("utf-8-sig"), text.encode("utf-16")):
+            assert parse_json(raw) == json.loads(raw), raw
+    for raw in (b"", b"[1] x", b"\xff", b"{'a': 1}", b"tru"):
+        with pytest.raises(GatewayError):
+            parse_json(raw)
