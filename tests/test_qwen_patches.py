@@ -141,3 +141,45 @@ def test_kernels_release_the_gil():
     assert end - start > 0.03, "the call is too short to tell"
     points = [start] + [t for t in stamps if start < t < end] + [end]
     assert max(np.diff(points)) < 0.5 * (end - start)
+
+
+def test_output_pool_reuses_only_released_blocks():
+    pool = native.OutputPool(least=1000, keep=2, most=10**6)
+    small = pool.empty((10, 10), np.uint8)
+    assert small.base is None  # under `least`: a plain array
+    a = pool.empty((100, 20), np.uint8)
+    a_at = a.ctypes.data
+    b = pool.empty((100, 20), np.uint8)
+    assert b.ctypes.data != a_at  # a is alive
+    view = a.reshape(-1)[10:]
+    del a
+    c = pool.empty((50, 10), np.float32)
+    assert c.ctypes.data != a_at  # a view of a is alive
+    del view, c
+    d = pool.empty((50, 10), np.float32)
+    assert d.ctypes.data == a_at and d.dtype == np.float32 and d.shape == (50, 10)
+    d[:] = 1.5
+    e = pool.empty((600, 1000), np.uint8)  # b is alive, d too: a third block is not kept
+    assert len(pool._blocks) == 2
+    del b
+    f = pool.empty((700, 1000), np.uint8)  # b's block is dropped to keep this one
+    assert sorted(blk.nbytes for blk in pool._blocks) == [2000, 700_000]
+    assert pool.empty((2000, 1000), np.uint8).base is None  # over `most`: plain
+    assert (d == 1.5).all() and e.shape == (600, 1000) and f.shape == (700, 1000)
+
+
+def test_big_outputs_from_the_pool_stay_intact(backend):
+    """Two 4K images in a row: the second output is not written over the first, still held."""
+    s = settings(14)
+    processor = QwenVLProcessor(s, backend=backend)
+    options = {"max_pixels": 3840 * 2160}
+    first = processor.process([noise(2160, 3840, seed=1)], options, True)
+    pixels = first.tensors["pixel_values"]
+    assert pixels.nbytes >= native.OUTPUTS.least
+    kept = pixels.copy()
+    second = processor.process([noise(2160, 3840, seed=2)], options, True)
+    np.testing.assert_array_equal(pixels, kept)
+    assert not np.array_equal(second.tensors["pixel_values"], kept)
+    del first, pixels, second
+    third = processor.process([noise(2160, 3840, seed=1)], options, True)
+    np.testing.assert_array_equal(third.tensors["pixel_values"], kept)
