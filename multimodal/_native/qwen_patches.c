@@ -94,7 +94,7 @@ static inline void copy_run(uint8_t *to, const uint8_t *from, size_t bytes)
 }
 
 #ifdef MMGATE_X86
-/* One channel of one uint8 patch, p <= 16: its p runs of p bytes loaded once (16 bytes each:
+/* One channel of one uint8 patch, p <= 16 (used for 16): its p runs of p bytes loaded once (16 bytes each:
  * the band has padding past every plane), stored t times. Within a copy, each 16-byte store's
  * extra bytes land where the next run goes and are overwritten by it; the last run is stored
  * masked, so nothing past the copy is touched. */
@@ -112,19 +112,58 @@ AVX512 static inline void patch_u8_avx512(uint8_t *out, const uint8_t *from, siz
     }
 }
 
+/* One channel of one uint8 patch of 14 (196 bytes), in 64-byte stores: its 14 runs loaded as
+ * the 16-byte lanes of 4 registers, 3 two-source byte permutations pack them into 3 x 64 bytes
+ * (the last 4 bytes copied as they are), stored once per temporal copy. */
+AVX512 static inline void patch14_u8_avx512(uint8_t *out, const uint8_t *from, size_t row, int t,
+                                            const __m512i idx[3])
+{
+#define RUN(r) _mm_loadu_si128((const __m128i *)(from + (r) * row))
+#define LANES(a, b, c, d)                                                                   \
+    _mm512_inserti32x4(                                                                     \
+        _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(a), b, 1), c, 2), d, 3)
+    const __m512i A = LANES(RUN(0), RUN(1), RUN(2), RUN(3));
+    const __m512i B = LANES(RUN(4), RUN(5), RUN(6), RUN(7));
+    const __m512i C = LANES(RUN(8), RUN(9), RUN(10), RUN(11));
+    const __m512i D = _mm512_inserti32x4(_mm512_castsi128_si512(RUN(12)), RUN(13), 1);
+#undef RUN
+#undef LANES
+    const __m512i o0 = _mm512_permutex2var_epi8(A, idx[0], B);
+    const __m512i o1 = _mm512_permutex2var_epi8(B, idx[1], C);
+    const __m512i o2 = _mm512_permutex2var_epi8(C, idx[2], D);
+    uint32_t tail;
+    memcpy(&tail, from + 13 * row + 10, 4);
+    for (int copy = 0; copy < t; copy++, out += 196) {
+        _mm512_storeu_si512(out, o0);
+        _mm512_storeu_si512(out + 64, o1);
+        _mm512_storeu_si512(out + 128, o2);
+        memcpy(out + 192, &tail, 4);
+    }
+}
+
 /* write_band for uint8 patches of 14 or 16 (Qwen2/2.5-VL, Qwen3-VL). */
 AVX512 static void write_band_u8_avx512(const qwen_patches *q, int band)
 {
     const int p = q->patch, m = q->merge, t = q->temporal, w = q->width;
     const size_t row = 3 * q->plane, plane = (size_t)p * p;
     uint8_t *out = (uint8_t *)q->out + (size_t)band * (w / p) * m * 3 * t * plane;
+    /* patch of 14: byte b of 64-byte block k is byte (64k + b) % 14 of run r = (64k + b) / 14,
+     * found in lane r % 4 of register r / 4, which is register k or k + 1 */
+    uint8_t bytes[3][64];
+    for (int k = 0; k < 3; k++)
+        for (int b = 0; b < 64; b++) {
+            const int at = 64 * k + b, r = at / 14, reg = r / 4;
+            bytes[k][b] = (uint8_t)((reg - k) * 64 + (r % 4) * 16 + at % 14);
+        }
+    const __m512i idx[3] = {_mm512_loadu_si512(bytes[0]), _mm512_loadu_si512(bytes[1]),
+                            _mm512_loadu_si512(bytes[2])};
     for (int gx = 0; gx < w / p / m; gx++)
         for (int my = 0; my < m; my++)
             for (int mx = 0; mx < m; mx++) {
                 const uint8_t *from = q->band + my * p * row + (size_t)(gx * m + mx) * p;
                 for (int c = 0; c < 3; c++, from += q->plane, out += t * plane) {
                     if (p == 14)
-                        patch_u8_avx512(out, from, row, 14, t);
+                        patch14_u8_avx512(out, from, row, t, idx);
                     else
                         patch_u8_avx512(out, from, row, 16, t);
                 }
