@@ -10,7 +10,8 @@ rotated), single-threaded; the table shows medians and their ratio.
 
 ``--baseline DIR``: DIR holds another build of the kernels as ``DIR/baseline/_kernels*.so``
 (e.g. the previous commit's); its ``ours u8`` runs interleaved with the current one in the same
-rounds, and its output is checked equal to the current one's first.
+rounds, and its output is checked equal to the current one's first. ``--baseline-no-pool``:
+the baseline's outputs are plain ``np.empty`` arrays, as before ``native.OutputPool``.
 """
 
 from __future__ import annotations
@@ -54,23 +55,25 @@ def load_baseline(directory: str) -> ModuleType:
 
 
 @contextlib.contextmanager
-def using(kernels: ModuleType) -> Iterator[None]:
-    current = native._kernels
+def using(kernels: ModuleType, pool: bool) -> Iterator[None]:
+    current, least = native._kernels, native.OUTPUTS.least
     native._kernels = kernels
+    if not pool:
+        native.OUTPUTS.least = 1 << 62
     try:
         yield
     finally:
-        native._kernels = current
+        native._kernels, native.OUTPUTS.least = current, least
 
 
 def variants(
-    processor, data: bytes, baseline: ModuleType | None
+    processor, data: bytes, baseline: ModuleType | None, pool: bool
 ) -> dict[str, Callable[[], object]]:
     def u8() -> np.ndarray:
         return ours(processor, our_decode(data), True)
 
     def base_u8() -> np.ndarray:
-        with using(baseline):
+        with using(baseline, pool):
             return u8()
 
     fns = {"decode": lambda: our_decode(data), "u8": u8}
@@ -84,6 +87,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument("--sizes", default=SIZES, help="WIDTHxHEIGHT,...")
     parser.add_argument("--baseline", help="a dir with baseline/_kernels*.so")
+    parser.add_argument(
+        "--baseline-no-pool", action="store_true", help="baseline outputs without OutputPool"
+    )
     args = parser.parse_args()
     if not native.AVAILABLE:
         raise SystemExit("the native kernels are not built: pip install -e .")
@@ -93,14 +99,19 @@ def main() -> None:
         f"kernels {native.simd_level()}, JPEG fast path {decode.FAST_JPEG}, "
         f"load average at start {load_average()}"
     )
-    print(f"ms, median of {args.repeats} interleaved rounds (min in parentheses)\n")
+    print(f"ms, median of {args.repeats} interleaved rounds (min in parentheses)")
+    if baseline:
+        pool = "without" if args.baseline_no_pool else "with"
+        print(f"baseline: the kernels in {args.baseline} ({pool} OutputPool)")
+    print()
     head = ["size", "decode", "ours u8", "u8/decode"]
     if baseline:
         head += ["baseline u8", "baseline u8/decode"]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for size in args.sizes.split(","):
         width, height = (int(v) for v in size.split("x"))
-        fns = variants(processor, encode(photo_like(width, height), "JPEG"), baseline)
+        data = encode(photo_like(width, height), "JPEG")
+        fns = variants(processor, data, baseline, not args.baseline_no_pool)
         if baseline:
             assert np.array_equal(fns["u8"](), fns["base"]()), f"{size}: baseline output differs"
         for fn in fns.values():  # warm-up: weight tables, allocator
