@@ -1,4 +1,4 @@
-"""The native resize never reads past its input: images end right before an unreadable page.
+"""The native kernels never read past their input: images end right before an unreadable page.
 
 SIMD kernels load more bytes than a row holds; the last rows must come from a padded copy. A
 read past the end of the input would crash the process (SIGSEGV), so the cases run in a child.
@@ -45,6 +45,10 @@ for level in [lv for lv in native.LEVELS if native.level_supported(lv)]:
             for h_out, w_out in ((h + 1, 3 * w + 1), (h * 2, max(1, w // 2)), (4, 37)):
                 for method in ("bicubic", "bilinear"):
                     native.resize(image, h_out, w_out, method)
+                    cases += 1
+            if c == 3:  # the Qwen path: planar rows, the width pass two rows at a time
+                for h_out, w_out in ((28, 28), (56, 84)):
+                    native.qwen_patches(image, h_out, w_out, 14, 2, 2, None)
                     cases += 1
 print(cases)
 """

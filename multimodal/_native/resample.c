@@ -482,6 +482,78 @@ AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const
     }
 }
 
+/* h_row_rgb_avx512_quads on two rows at once, planar output only: the plan's vectors, the
+ * index steps and the loop are shared by both rows. */
+AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *in1, uint8_t *out0,
+                                            uint8_t *out1, const rgb512_plan *rp, int precision,
+                                            size_t plane)
+{
+    const __m512i start = _mm512_set1_epi32(rounding(precision));
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i one = _mm512_set1_epi8(1), twelve = _mm512_set1_epi8(12);
+    const __m128i shift = _mm_cvtsi32_si128(precision);
+    const __m512i *v = rp->vectors;
+    for (int g = 0; g < rp->groups; g++, out0 += 16, out1 += 16) {
+        const size_t left = rp->in_row - (size_t)rp->windows[g];
+        __m512i lo0, hi0, lo1, hi1;
+        if (left >= WINDOW) {
+            lo0 = _mm512_loadu_si512(in0 + rp->windows[g]);
+            hi0 = _mm512_loadu_si512(in0 + rp->windows[g] + 64);
+            lo1 = _mm512_loadu_si512(in1 + rp->windows[g]);
+            hi1 = _mm512_loadu_si512(in1 + rp->windows[g] + 64);
+        } else { /* masked loads: nothing past the row is read */
+            const __mmask64 mlo = left >= 64 ? ~0ULL : (1ULL << left) - 1;
+            const __mmask64 mhi = left > 64 ? (1ULL << (left - 64)) - 1 : 0;
+            lo0 = _mm512_maskz_loadu_epi8(mlo, in0 + rp->windows[g]);
+            hi0 = _mm512_maskz_loadu_epi8(mhi, in0 + rp->windows[g] + 64);
+            lo1 = _mm512_maskz_loadu_epi8(mlo, in1 + rp->windows[g]);
+            hi1 = _mm512_maskz_loadu_epi8(mhi, in1 + rp->windows[g] + 64);
+        }
+        __m512i ir = v[0];
+        __m512i ig = _mm512_add_epi8(ir, one);
+        __m512i ib = _mm512_add_epi8(ig, one);
+        __m512i hr0 = zero, hg0 = zero, hb0 = zero, sr0 = start, sg0 = start, sb0 = start;
+        __m512i hr1 = zero, hg1 = zero, hb1 = zero, sr1 = start, sg1 = start, sb1 = start;
+        v++;
+        for (int j = 0; j < rp->pairs[g]; j++, v += 2) {
+            const __m512i high = v[0], low = v[1];
+            __m512i p = _mm512_permutex2var_epi8(lo0, ir, hi0);
+            hr0 = _mm512_dpbusd_epi32(hr0, p, high);
+            sr0 = _mm512_dpbusd_epi32(sr0, p, low);
+            p = _mm512_permutex2var_epi8(lo1, ir, hi1);
+            hr1 = _mm512_dpbusd_epi32(hr1, p, high);
+            sr1 = _mm512_dpbusd_epi32(sr1, p, low);
+            p = _mm512_permutex2var_epi8(lo0, ig, hi0);
+            hg0 = _mm512_dpbusd_epi32(hg0, p, high);
+            sg0 = _mm512_dpbusd_epi32(sg0, p, low);
+            p = _mm512_permutex2var_epi8(lo1, ig, hi1);
+            hg1 = _mm512_dpbusd_epi32(hg1, p, high);
+            sg1 = _mm512_dpbusd_epi32(sg1, p, low);
+            p = _mm512_permutex2var_epi8(lo0, ib, hi0);
+            hb0 = _mm512_dpbusd_epi32(hb0, p, high);
+            sb0 = _mm512_dpbusd_epi32(sb0, p, low);
+            p = _mm512_permutex2var_epi8(lo1, ib, hi1);
+            hb1 = _mm512_dpbusd_epi32(hb1, p, high);
+            sb1 = _mm512_dpbusd_epi32(sb1, p, low);
+            ir = _mm512_add_epi8(ir, twelve);
+            ig = _mm512_add_epi8(ig, twelve);
+            ib = _mm512_add_epi8(ib, twelve);
+        }
+#define STORE(to, h, s)                                                                      \
+    _mm_storeu_si128((__m128i *)(to),                                                        \
+                     _mm512_cvtusepi32_epi8(_mm512_max_epi32(                                \
+                         _mm512_sra_epi32(_mm512_add_epi32(s, _mm512_slli_epi32(h, 8)), shift), \
+                         zero)))
+        STORE(out0, hr0, sr0);
+        STORE(out0 + plane, hg0, sg0);
+        STORE(out0 + 2 * plane, hb0, sb0);
+        STORE(out1, hr1, sr1);
+        STORE(out1 + plane, hg1, sg1);
+        STORE(out1 + 2 * plane, hb1, sb1);
+#undef STORE
+    }
+}
+
 /* The height pass as v_row_avx2, 64 bytes at a time; the rest through v_row_avx2. */
 AVX512 static void v_row_avx512(const uint8_t *const *rows, int n, const int16_t *w,
                                 int precision, uint8_t *out, int len)
@@ -618,12 +690,31 @@ static void width_pass_row(width_pass *wp, int r)
         split_rgb(out, wp->w_out, ring_row(wp, r), wp->plane);
 }
 
+#ifdef MMGATE_X86
+/* Whether rows go two at a time: planar rows through the AVX-512 4-tap kernel. */
+static int two_rows(const width_pass *wp)
+{
+    return wp->plane && wp->plan && wp->rgb512.groups && wp->rgb512.quads;
+}
+#endif
+
 static const uint8_t *source_row(width_pass *wp, int r)
 {
     if (!wp->ring)
         return wp->src + (size_t)r * wp->in_row;
-    for (; wp->next <= r; wp->next++)
-        width_pass_row(wp, wp->next);
+    while (wp->next <= r) {
+#ifdef MMGATE_X86
+        /* rows r and r + 1 at once (the ring has a row more for it) */
+        if (two_rows(wp) && wp->next + 1 < wp->h_in) {
+            h_rows2_rgb_avx512_quads(input_row(wp, wp->next), input_row(wp, wp->next + 1),
+                                     ring_row(wp, wp->next), ring_row(wp, wp->next + 1),
+                                     &wp->rgb512, wp->plan->precision, wp->plane);
+            wp->next += 2;
+            continue;
+        }
+#endif
+        width_pass_row(wp, wp->next++);
+    }
     return ring_row(wp, r);
 }
 
@@ -641,7 +732,7 @@ static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_i
     wp->tail_from = h_in;
     if (!plan && !plane)
         return 0;
-    wp->ring_rows = window;
+    wp->ring_rows = window + (plane ? 1 : 0); /* planar: a row more, see source_row */
     wp->ring_row = (plane ? 3 * plane : (size_t)w_out * channels) + ROW_PAD;
     wp->ring = malloc(wp->ring_row * wp->ring_rows);
     if (!wp->ring)
