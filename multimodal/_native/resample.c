@@ -554,9 +554,12 @@ AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *i
     }
 }
 
-/* The height pass as v_row_avx2, 64 bytes at a time; the rest through v_row_avx2. */
-AVX512 static void v_row_avx512(const uint8_t *const *rows, int n, const int16_t *w,
-                                int precision, uint8_t *out, int len)
+/* The height pass as v_row_avx2, 64 bytes at a time, the last < 64 loaded and stored masked.
+ * Inlined with a constant n for the common tap counts: the loop over taps unrolled, its row
+ * pointers and weight pairs kept in registers. */
+AVX512 static inline __attribute__((always_inline)) void
+v_row_avx512_n(const uint8_t *const *rows, const int n, const int16_t *w, int precision,
+               uint8_t *out, int len)
 {
     const __m512i zero = _mm512_setzero_si512();
     const __m512i start = _mm512_set1_epi32(rounding(precision));
@@ -606,6 +609,17 @@ AVX512 static void v_row_avx512(const uint8_t *const *rows, int n, const int16_t
         const __m512i packed = _mm512_packus_epi16(_mm512_packs_epi32(s0, s1),
                                                    _mm512_packs_epi32(s2, s3));
         _mm512_mask_storeu_epi8(out + j, mask, packed);
+    }
+}
+
+AVX512 static void v_row_avx512(const uint8_t *const *rows, int n, const int16_t *w,
+                                int precision, uint8_t *out, int len)
+{
+    switch (n) {
+    case 4: v_row_avx512_n(rows, 4, w, precision, out, len); break;
+    case 5: v_row_avx512_n(rows, 5, w, precision, out, len); break;
+    case 6: v_row_avx512_n(rows, 6, w, precision, out, len); break;
+    default: v_row_avx512_n(rows, n, w, precision, out, len);
     }
 }
 
