@@ -107,7 +107,7 @@ class OutputPool:
     block itself as its base, so its reference count says whether any is still alive.
     """
 
-    def __init__(self, least: int = 32 << 20, keep: int = 2, most: int = 512 << 20) -> None:
+    def __init__(self, least: int = 32 << 20, keep: int = 2, most: int = 256 << 20) -> None:
         self.least, self.keep, self.most = least, keep, most
         self._blocks: list[np.ndarray] = []
         self._lock = threading.Lock()
