@@ -11,7 +11,6 @@ decompressed, then reproduces vLLM 0.32's pixels exactly (``multimodal.decode``)
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import os
 import stat
@@ -23,6 +22,7 @@ from urllib.request import url2pathname
 
 import httpx
 import numpy as np
+import pybase64
 from PIL import Image
 
 from multimodal.decode import decode_image, decode_pixels
@@ -243,9 +243,9 @@ def _load_data_uri(source: str, policy: MediaPolicy) -> LoadedImage:
     if len(payload) // 4 * 3 > policy.max_bytes + 2:
         raise byte_limit_error(policy.max_bytes)
     try:
-        # validate=True rejects characters outside the alphabet and bad padding, like vLLM's
-        # pybase64.b64decode(validate=True).
-        data = base64.b64decode(payload, validate=True)
+        # As vLLM: validate=True rejects characters outside the alphabet and bad padding.
+        # pybase64 (SIMD): 4 us for a 66 KB JPEG where the stdlib takes 200.
+        data = pybase64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise MediaSourceError("data URI payload is not valid base64") from None
     if len(data) > policy.max_bytes:

@@ -398,6 +398,8 @@ def test_data_uri():
     [
         ("data:image/png;base64,@@not*base64@@", MediaSourceError, "not valid base64"),
         ("data:image/png;base64,iVBORw0KGgo", MediaSourceError, "not valid base64"),  # padding
+        # excess padding: refused, as vLLM's pybase64.b64decode(validate=True) refuses it
+        ("data:image/png;base64,aGVsbG8gd29ybGQh====", MediaSourceError, "not valid base64"),
         ("data:text/plain;base64,aGVsbG8=", MediaSourceError, "image/\\*"),
         ("data:;base64,aGVsbG8=", MediaSourceError, "image/\\*"),
         ("data:image/png,rawbytes", MediaSourceError, "base64"),
