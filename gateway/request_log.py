@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 import random
 import sys
 import threading
@@ -28,10 +29,16 @@ def current_request_id() -> str | None:
     return _request_id.get()
 
 
+# Our own generator, seeded from the OS (again in a forked child): an in-process engine that
+# seeds the global one (vLLM does, with --seed) must not make ids repeat across processes.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
 def new_request_id() -> str:
     """32 random hex digits, as uuid4().hex, without its getrandom() system call: that call
     gives up the GIL, and under load taking it back from the preprocessing threads can wait."""
-    return f"{random.getrandbits(128):032x}"
+    return f"{_ids.getrandbits(128):032x}"
 
 
 def bind_request_id(value: str | None) -> tuple[contextvars.Token, contextvars.Token]:

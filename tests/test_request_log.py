@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import random
 import time
 
 from gateway.request_log import BatchedStreamHandler, new_request_id
@@ -44,7 +46,21 @@ def test_the_background_thread_writes_batches():
     assert stream.getvalue().splitlines() == [f"INFO line {i}" for i in range(100)]
 
 
-def test_request_ids_look_like_uuid4_hex():
-    ids = {new_request_id() for _ in range(1000)}
-    assert len(ids) == 1000
+def test_request_ids_look_like_uuid4_hex_and_ignore_the_global_seed():
+    random.seed(0)
+    ids = [new_request_id() for _ in range(1000)]
+    assert len(set(ids)) == 1000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    random.seed(0)
+    assert new_request_id() not in ids
+
+
+def test_a_forked_child_makes_other_ids():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    assert len(child) == 32 and child != new_request_id()
