@@ -44,13 +44,11 @@ def level_supported(level: str) -> bool:
     """Whether this CPU can run the kernels of `level` (one of LEVELS)."""
     if _kernels is None:
         return False
-    previous = simd_level()
     try:
-        _kernels.use_kernels(level)
+        with kernels(level):
+            return True
     except ValueError:
         return False
-    _kernels.use_kernels(previous)
-    return True
 
 
 @contextlib.contextmanager

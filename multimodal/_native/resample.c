@@ -355,34 +355,69 @@ static void rgb512_plan_close(rgb512_plan *rp)
     free(rp->vectors);
 }
 
+/* Shared by the AVX-512 width kernels below (inlined into each). */
+#define AVX512_INLINE AVX512 static inline __attribute__((always_inline))
+
+/* The 128-byte window of a row at `offset`: two loads, masked at the row's end so that nothing
+ * past it is read. */
+AVX512_INLINE void load_window(const uint8_t *row, size_t offset, size_t in_row, __m512i *lo,
+                               __m512i *hi)
+{
+    const size_t left = in_row - offset;
+    if (left >= WINDOW) {
+        *lo = _mm512_loadu_si512(row + offset);
+        *hi = _mm512_loadu_si512(row + offset + 64);
+        return;
+    }
+    *lo = _mm512_maskz_loadu_epi8(left >= 64 ? ~0ULL : (1ULL << left) - 1, row + offset);
+    *hi = _mm512_maskz_loadu_epi8(left > 64 ? (1ULL << (left - 64)) - 1 : 0, row + offset + 64);
+}
+
+/* After the packs of store_rgb, 128-bit lane k holds bytes 4k..4k+3 of R, G, B, B: output byte
+ * 3i + c is channel c's byte i. */
+AVX512_INLINE __m512i rgb_order(void)
+{
+    uint8_t order_bytes[64] = {0};
+    for (int i = 0; i < 16; i++)
+        for (int c = 0; c < 3; c++)
+            order_bytes[3 * i + c] = (uint8_t)(16 * (i / 4) + 4 * c + i % 4);
+    return _mm512_loadu_si512(order_bytes);
+}
+
+/* 16 pixels' shifted 32-bit sums per channel to bytes: into 3 planes `plane` bytes apart
+ * (negative sums to 0, then an unsigned saturating narrowing), or, with plane 0, as 48
+ * interleaved RGB bytes (3 packs, 1 byte permutation, 1 masked store). */
+AVX512_INLINE void store_rgb(uint8_t *out, size_t plane, __m512i sr, __m512i sg, __m512i sb,
+                             __m512i order)
+{
+    if (plane) {
+        const __m512i zero = _mm512_setzero_si512();
+        _mm_storeu_si128((__m128i *)out, _mm512_cvtusepi32_epi8(_mm512_max_epi32(sr, zero)));
+        _mm_storeu_si128((__m128i *)(out + plane),
+                         _mm512_cvtusepi32_epi8(_mm512_max_epi32(sg, zero)));
+        _mm_storeu_si128((__m128i *)(out + 2 * plane),
+                         _mm512_cvtusepi32_epi8(_mm512_max_epi32(sb, zero)));
+        return;
+    }
+    const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sr, sg),
+                                              _mm512_packs_epi32(sb, sb));
+    _mm512_mask_storeu_epi8(out, (1ULL << 48) - 1, _mm512_permutexvar_epi8(order, bytes));
+}
+
 /* One row: per group, 2 loads of the window (masked at the row's end); per tap pair and channel one byte permutation of
  * the window and one dot product; then 3 shifts, 3 packs, 1 byte permutation, 1 masked store. */
 AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb512_plan *rp,
                                     int precision, size_t plane)
 {
-    /* after the packs, 128-bit lane k holds bytes 4k..4k+3 of R, G, B, B: output byte 3i + c
-     * is channel c's byte i */
-    uint8_t order_bytes[64] = {0};
-    for (int i = 0; i < 16; i++)
-        for (int c = 0; c < 3; c++)
-            order_bytes[3 * i + c] = (uint8_t)(16 * (i / 4) + 4 * c + i % 4);
-    const __m512i order = _mm512_loadu_si512(order_bytes);
+    const __m512i order = rgb_order();
     const __m512i start = _mm512_set1_epi32(rounding(precision));
     const __m512i one = _mm512_set1_epi8(1), six = _mm512_set1_epi8(6);
     const __m128i shift = _mm_cvtsi32_si128(precision);
-    const __mmask64 even = 0x5555555555555555ULL, bytes48 = (1ULL << 48) - 1;
+    const __mmask64 even = 0x5555555555555555ULL;
     const __m512i *v = rp->vectors;
     for (int g = 0; g < rp->groups; g++, out += plane ? 16 : 48) {
-        const uint8_t *window = in + rp->windows[g];
-        const size_t left = rp->in_row - (size_t)rp->windows[g];
         __m512i lo, hi;
-        if (left >= WINDOW) {
-            lo = _mm512_loadu_si512(window);
-            hi = _mm512_loadu_si512(window + 64);
-        } else { /* masked loads: nothing past the row is read */
-            lo = _mm512_maskz_loadu_epi8(left >= 64 ? ~0ULL : (1ULL << left) - 1, window);
-            hi = _mm512_maskz_loadu_epi8(left > 64 ? (1ULL << (left - 64)) - 1 : 0, window + 64);
-        }
+        load_window(in, (size_t)rp->windows[g], rp->in_row, &lo, &hi);
         __m512i ir = v[0];
         __m512i ig = _mm512_add_epi8(ir, one);
         __m512i ib = _mm512_add_epi8(ig, one);
@@ -397,21 +432,8 @@ AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb51
             ig = _mm512_add_epi8(ig, six);
             ib = _mm512_add_epi8(ib, six);
         }
-        sr = _mm512_sra_epi32(sr, shift);
-        sg = _mm512_sra_epi32(sg, shift);
-        sb = _mm512_sra_epi32(sb, shift);
-        if (plane) { /* per plane: negative sums to 0, then an unsigned saturating narrowing */
-            const __m512i zero = _mm512_setzero_si512();
-            _mm_storeu_si128((__m128i *)out, _mm512_cvtusepi32_epi8(_mm512_max_epi32(sr, zero)));
-            _mm_storeu_si128((__m128i *)(out + plane),
-                             _mm512_cvtusepi32_epi8(_mm512_max_epi32(sg, zero)));
-            _mm_storeu_si128((__m128i *)(out + 2 * plane),
-                             _mm512_cvtusepi32_epi8(_mm512_max_epi32(sb, zero)));
-            continue;
-        }
-        const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sr, sg),
-                                                  _mm512_packs_epi32(sb, sb));
-        _mm512_mask_storeu_epi8(out, bytes48, _mm512_permutexvar_epi8(order, bytes));
+        store_rgb(out, plane, _mm512_sra_epi32(sr, shift), _mm512_sra_epi32(sg, shift),
+                  _mm512_sra_epi32(sb, shift), order);
     }
 }
 
@@ -423,28 +445,15 @@ AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb51
 AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const rgb512_plan *rp,
                                           int precision, size_t plane)
 {
-    uint8_t order_bytes[64] = {0};
-    for (int i = 0; i < 16; i++)
-        for (int c = 0; c < 3; c++)
-            order_bytes[3 * i + c] = (uint8_t)(16 * (i / 4) + 4 * c + i % 4);
-    const __m512i order = _mm512_loadu_si512(order_bytes);
+    const __m512i order = rgb_order();
     const __m512i start = _mm512_set1_epi32(rounding(precision));
     const __m512i zero = _mm512_setzero_si512();
     const __m512i one = _mm512_set1_epi8(1), twelve = _mm512_set1_epi8(12);
     const __m128i shift = _mm_cvtsi32_si128(precision);
-    const __mmask64 bytes48 = (1ULL << 48) - 1;
     const __m512i *v = rp->vectors;
     for (int g = 0; g < rp->groups; g++, out += plane ? 16 : 48) {
-        const uint8_t *window = in + rp->windows[g];
-        const size_t left = rp->in_row - (size_t)rp->windows[g];
         __m512i lo, hi;
-        if (left >= WINDOW) {
-            lo = _mm512_loadu_si512(window);
-            hi = _mm512_loadu_si512(window + 64);
-        } else { /* masked loads: nothing past the row is read */
-            lo = _mm512_maskz_loadu_epi8(left >= 64 ? ~0ULL : (1ULL << left) - 1, window);
-            hi = _mm512_maskz_loadu_epi8(left > 64 ? (1ULL << (left - 64)) - 1 : 0, window + 64);
-        }
+        load_window(in, (size_t)rp->windows[g], rp->in_row, &lo, &hi);
         __m512i ir = v[0];
         __m512i ig = _mm512_add_epi8(ir, one);
         __m512i ib = _mm512_add_epi8(ig, one);
@@ -468,17 +477,7 @@ AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const
         sr = _mm512_sra_epi32(_mm512_add_epi32(sr, _mm512_slli_epi32(hr, 8)), shift);
         sg = _mm512_sra_epi32(_mm512_add_epi32(sg, _mm512_slli_epi32(hg, 8)), shift);
         sb = _mm512_sra_epi32(_mm512_add_epi32(sb, _mm512_slli_epi32(hb, 8)), shift);
-        if (plane) {
-            _mm_storeu_si128((__m128i *)out, _mm512_cvtusepi32_epi8(_mm512_max_epi32(sr, zero)));
-            _mm_storeu_si128((__m128i *)(out + plane),
-                             _mm512_cvtusepi32_epi8(_mm512_max_epi32(sg, zero)));
-            _mm_storeu_si128((__m128i *)(out + 2 * plane),
-                             _mm512_cvtusepi32_epi8(_mm512_max_epi32(sb, zero)));
-            continue;
-        }
-        const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sr, sg),
-                                                  _mm512_packs_epi32(sb, sb));
-        _mm512_mask_storeu_epi8(out, bytes48, _mm512_permutexvar_epi8(order, bytes));
+        store_rgb(out, plane, sr, sg, sb, order);
     }
 }
 
@@ -494,21 +493,9 @@ AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *i
     const __m128i shift = _mm_cvtsi32_si128(precision);
     const __m512i *v = rp->vectors;
     for (int g = 0; g < rp->groups; g++, out0 += 16, out1 += 16) {
-        const size_t left = rp->in_row - (size_t)rp->windows[g];
         __m512i lo0, hi0, lo1, hi1;
-        if (left >= WINDOW) {
-            lo0 = _mm512_loadu_si512(in0 + rp->windows[g]);
-            hi0 = _mm512_loadu_si512(in0 + rp->windows[g] + 64);
-            lo1 = _mm512_loadu_si512(in1 + rp->windows[g]);
-            hi1 = _mm512_loadu_si512(in1 + rp->windows[g] + 64);
-        } else { /* masked loads: nothing past the row is read */
-            const __mmask64 mlo = left >= 64 ? ~0ULL : (1ULL << left) - 1;
-            const __mmask64 mhi = left > 64 ? (1ULL << (left - 64)) - 1 : 0;
-            lo0 = _mm512_maskz_loadu_epi8(mlo, in0 + rp->windows[g]);
-            hi0 = _mm512_maskz_loadu_epi8(mhi, in0 + rp->windows[g] + 64);
-            lo1 = _mm512_maskz_loadu_epi8(mlo, in1 + rp->windows[g]);
-            hi1 = _mm512_maskz_loadu_epi8(mhi, in1 + rp->windows[g] + 64);
-        }
+        load_window(in0, (size_t)rp->windows[g], rp->in_row, &lo0, &hi0);
+        load_window(in1, (size_t)rp->windows[g], rp->in_row, &lo1, &hi1);
         __m512i ir = v[0];
         __m512i ig = _mm512_add_epi8(ir, one);
         __m512i ib = _mm512_add_epi8(ig, one);
@@ -539,18 +526,10 @@ AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *i
             ig = _mm512_add_epi8(ig, twelve);
             ib = _mm512_add_epi8(ib, twelve);
         }
-#define STORE(to, h, s)                                                                      \
-    _mm_storeu_si128((__m128i *)(to),                                                        \
-                     _mm512_cvtusepi32_epi8(_mm512_max_epi32(                                \
-                         _mm512_sra_epi32(_mm512_add_epi32(s, _mm512_slli_epi32(h, 8)), shift), \
-                         zero)))
-        STORE(out0, hr0, sr0);
-        STORE(out0 + plane, hg0, sg0);
-        STORE(out0 + 2 * plane, hb0, sb0);
-        STORE(out1, hr1, sr1);
-        STORE(out1 + plane, hg1, sg1);
-        STORE(out1 + 2 * plane, hb1, sb1);
-#undef STORE
+#define SUM(h, s) _mm512_sra_epi32(_mm512_add_epi32(s, _mm512_slli_epi32(h, 8)), shift)
+        store_rgb(out0, plane, SUM(hr0, sr0), SUM(hg0, sg0), SUM(hb0, sb0), zero);
+        store_rgb(out1, plane, SUM(hr1, sr1), SUM(hg1, sg1), SUM(hb1, sb1), zero);
+#undef SUM
     }
 }
 
