@@ -21,10 +21,12 @@ raises them, so callers handle both clients alike. Unary calls stay on grpc.aio.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import socket
 import struct
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from urllib.parse import unquote
 
 import grpc
@@ -44,6 +46,10 @@ RECEIVE_WINDOW = 16 * 1024 * 1024
 WINDOW_REFILL = RECEIVE_WINDOW // 2
 MAX_STREAM_ID = 2**31 - 1
 REFUSED_RETRIES = 8
+# A request message up to this size is joined with its prefix into one buffer before sending.
+JOIN_LIMIT = 16 * 1024
+# A message: bytes, or pieces (bytes, or 1-D byte views) that follow each other.
+Payload = bytes | Sequence[bytes | memoryview]
 FRAME_HEADER = struct.Struct(">BHBBI")  # length (24 bit, as 8 + 16), type, flags, stream id
 HTTP_TO_GRPC = {
     400: grpc.StatusCode.INTERNAL,
@@ -95,6 +101,38 @@ def request_header_block(authority: str, path: str) -> bytes:
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+class MessageBody:
+    """A length-prefixed gRPC message as it goes out: the 5-byte prefix and the message's
+    pieces, read through views. Large pieces (pixels) are never joined or copied; small
+    messages are joined into one buffer, which is cheaper to write than several."""
+
+    __slots__ = ("pieces", "starts", "size")
+
+    def __init__(self, payload: Payload) -> None:
+        pieces = (payload,) if isinstance(payload, bytes) else payload
+        length = sum(len(p) for p in pieces)
+        prefix = b"\x00" + length.to_bytes(4, "big")
+        if length <= JOIN_LIMIT:
+            self.pieces = [memoryview(b"".join((prefix, *pieces)))]
+        else:
+            self.pieces = [memoryview(prefix), *(memoryview(p) for p in pieces if len(p))]
+        self.starts = list(itertools.accumulate((len(v) for v in self.pieces), initial=0))
+        self.size = self.starts[-1]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def views(self, start: int, end: int) -> Iterator[memoryview]:
+        """Views of bytes [start, end) of the framed message, piece by piece."""
+        index = bisect.bisect_right(self.starts, start) - 1
+        while start < end:
+            piece, offset = self.pieces[index], start - self.starts[index]
+            take = min(len(piece) - offset, end - start)
+            yield piece[offset : offset + take]
+            start += take
+            index += 1
 
 
 class _Stream:
@@ -438,7 +476,7 @@ class _Connection(asyncio.Protocol):
             self.slot_waiters.append(waiter)
             await waiter
 
-    def open(self, path: str, payload: bytes) -> tuple[_Stream, memoryview, int]:
+    def open(self, path: str, payload: Payload) -> tuple[_Stream, MessageBody, int]:
         """Start a call: headers and as much of the message as the peer's windows allow now.
         Returns the stream, the framed message and how much of it went out."""
         if not self.accepting:
@@ -450,27 +488,27 @@ class _Connection(asyncio.Protocol):
             path, request_header_block(self.authority, path)
         )
         self.out.append(frame(HEADERS, END_HEADERS, stream.id, block))
-        body = memoryview(b"\x00" + len(payload).to_bytes(4, "big") + payload)
+        body = MessageBody(payload)
         sent = self._send_data(stream, body)
         self.flush_soon()
         return stream, body, sent
 
-    def _send_data(self, stream: _Stream, body: memoryview, start: int = 0) -> int:
+    def _send_data(self, stream: _Stream, body: MessageBody, start: int = 0) -> int:
         pos, end = start, len(body)
         while pos < end and not stream.done:
             size = min(end - pos, self.peer_max_frame, self.send_window, stream.send_window)
             if size <= 0:
                 break
             flags = END_STREAM if pos + size == end else 0
-            # Header and a view of the payload: the pixels are not copied before the socket.
+            # Header and views of the payload: the pixels are not copied before the socket.
             self.out.append(FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, flags, stream.id))
-            self.out.append(body[pos : pos + size])
+            self.out.extend(body.views(pos, pos + size))
             self.send_window -= size
             stream.send_window -= size
             pos += size
         return pos
 
-    async def send_rest(self, stream: _Stream, body: memoryview, sent: int) -> None:
+    async def send_rest(self, stream: _Stream, body: MessageBody, sent: int) -> None:
         """The rest of a message larger than the peer's windows, as they open."""
         while sent < len(body) and not stream.done and not self.closed:
             waiter = asyncio.get_running_loop().create_future()
@@ -526,8 +564,9 @@ class StreamChannel:
         self._connection: _Connection | None = None
         self._connecting: asyncio.Future | None = None
 
-    async def stream(self, path: str, payload: bytes) -> AsyncIterator[bytes]:
-        """Send one request message; yield each response message's bytes as it arrives.
+    async def stream(self, path: str, payload: Payload) -> AsyncIterator[bytes]:
+        """Send one request message (bytes, or pieces sent one after another); yield each
+        response message's bytes as it arrives.
         Closing the iterator early cancels the call on the server. A stream the server refused
         (it may still count one that just ended against its concurrency limit) is sent again."""
         for attempt in range(REFUSED_RETRIES + 1):

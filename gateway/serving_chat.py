@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,14 +31,19 @@ from multimodal.media import MediaPolicy, decode_sources, download_all
 from multimodal.pipeline import PixelEncoding, Prepared, prepare
 from multimodal.processors.base import ImageProcessor, OptionError
 from multimodal.prompt import PromptError
+from multimodal.wire import Piece, field_number, field_pieces
 from protos import vllm_engine_pb2 as pb
+
+_MM_INPUTS = field_number(pb.GenerateRequest, "mm_inputs")
 
 
 @dataclass
 class Prompt:
     ids: list[int]
     text: str
-    mm_inputs: pb.MultimodalInputs | None
+    # With images: the serialized MultimodalInputs (pieces viewing the tensors) and their count.
+    mm_inputs: list[Piece] | None = None
+    images: int = 0
 
 
 class ChatService:
@@ -75,7 +80,7 @@ class ChatService:
         if prompt.mm_inputs is not None and not facts.supports_vision:
             raise GatewayError("the engine worker does not accept images", 400, "messages")
         if prompt.mm_inputs is not None:
-            _check_image_limit(len(prompt.mm_inputs.mm_placeholders), facts)
+            _check_image_limit(prompt.images, facts)
         prompt.ids = _truncated(request.truncate_prompt_tokens, prompt, facts.max_context_length)
         max_tokens = _max_tokens(request, len(prompt.ids), facts)
         generate = pb.GenerateRequest(
@@ -85,9 +90,9 @@ class ChatService:
             # a non-streamed reply needs only the final message (one Complete per choice)
             stream=request.stream,
         )
-        if prompt.mm_inputs is not None:
-            generate.mm_inputs.CopyFrom(prompt.mm_inputs)
-        run = _Run(self, request, worker, generate, prompt.ids)
+        # The pixels go out as a field appended to the serialized request, never copied into it.
+        tail = () if prompt.mm_inputs is None else field_pieces(_MM_INPUTS, prompt.mm_inputs)
+        run = _Run(self, request, worker, generate, prompt.ids, tail)
         if request.stream:
             return sse.event_stream(run.sse())
         return JSONResponse(await run.complete())
@@ -117,7 +122,7 @@ class ChatService:
         self, request: ChatPromptFields, pixels: PixelEncoding, rendered: RenderedChat
     ) -> Prompt:
         if not rendered.image_urls:
-            return Prompt(rendered.token_ids, rendered.prompt, None)
+            return Prompt(rendered.token_ids, rendered.prompt)
         return await self._with_images(request, pixels, rendered)
 
     async def _with_images(self, request, pixels: PixelEncoding, rendered) -> Prompt:
@@ -131,7 +136,7 @@ class ChatService:
             # Decoding and preprocessing in one worker thread: one hand-off of the GIL-bound
             # glue between them instead of two (measured: 10-20% less gateway CPU per image
             # request at 32 concurrent, benchmarks/RESULTS.md).
-            prepared = await asyncio.to_thread(
+            prepared, encoded = await asyncio.to_thread(
                 self._decode_and_prepare, urls, downloaded, request, pixels, rendered.token_ids
             )
             self.metrics.preprocess.labels("fetch").observe(fetched - started)
@@ -141,12 +146,15 @@ class ChatService:
             raise GatewayError(f"invalid image: {error}", 400, "messages") from error
         except (OptionError, PromptError) as error:
             raise GatewayError(str(error), 400, "mm_processor_kwargs") from error
-        return Prompt(prepared.prompt_ids, rendered.prompt, prepared.mm_inputs)
+        return Prompt(prepared.prompt_ids, rendered.prompt, encoded, len(prepared.ranges))
 
-    def _decode_and_prepare(self, urls, downloaded, request, pixels, prompt_ids) -> Prepared:
+    def _decode_and_prepare(
+        self, urls, downloaded, request, pixels, prompt_ids
+    ) -> tuple[Prepared, list[Piece]]:
         images = decode_sources(urls, downloaded, self.media_policy)
         options = request.mm_processor_kwargs or {}
-        return prepare(self.processor, prompt_ids, images, options, pixels)
+        prepared = prepare(self.processor, prompt_ids, images, options, pixels)
+        return prepared, prepared.encoded_mm_inputs()
 
 
 def _check_image_limit(images: int, facts) -> None:
@@ -192,6 +200,7 @@ class _Run:
         worker: Worker,
         generate: pb.GenerateRequest,
         prompt_ids: list[int],
+        tail: Sequence[Piece] = (),
     ) -> None:
         self.service, self.request = service, request
         self.generation = Generation(
@@ -202,6 +211,7 @@ class _Run:
             service.added,
             metrics=service.metrics,
             reroute=lambda failed: service.pool.reroute(failed, prompt_ids),
+            tail=tail,
         )
         self.choices = self.generation.choices
         self.usage = self.generation.usage

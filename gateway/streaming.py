@@ -23,6 +23,7 @@ from gateway.logprobs import Position
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import SamplingFields
 from gateway.worker import WORKER_FAULTS, Worker
+from multimodal.wire import Piece
 from protos import vllm_engine_pb2 as pb
 
 
@@ -132,7 +133,9 @@ class Generation:
         first_index: int = 0,
         metrics: GatewayMetrics | None = None,
         reroute: Callable[[list[Worker]], Worker | None] | None = None,
+        tail: Sequence[Piece] = (),
     ) -> None:
+        """`tail`: fields already serialized, sent after `generate`'s own (the images)."""
         options = TextOptions(
             skip_special_tokens=request.skip_special_tokens,
             spaces_between_special_tokens=request.spaces_between_special_tokens,
@@ -152,7 +155,7 @@ class Generation:
         for choice in self.choices:
             choice.index += first_index
         self.usage = Usage(prompt_tokens=len(prompt_ids))
-        self.worker, self.generate = worker, generate
+        self.worker, self.generate, self.tail = worker, generate, tail
         self.metrics = metrics
         self.reroute = reroute
         self._sent_at = self._first_token_at = 0.0
@@ -166,7 +169,7 @@ class Generation:
             received = False
             try:
                 # aclosing: a consumer that stops (client gone) cancels the call at once
-                async with aclosing(self.worker.generate(self.generate)) as stream:
+                async with aclosing(self.worker.generate(self.generate, self.tail)) as stream:
                     async for response in stream:
                         received = True
                         for item in self._on_response(response):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
@@ -13,6 +13,7 @@ import grpc
 from gateway.grpc_stream import StreamChannel
 from gateway.worker_health import CircuitBreaker, HealthGate
 from multimodal.pipeline import PixelEncoding
+from multimodal.wire import Piece
 from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
 from protos import vllm_engine_pb2_grpc as pb_grpc
@@ -94,6 +95,10 @@ class Worker:
         self.address = parse_address(url)
         self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         self.stub = pb_grpc.VllmEngineStub(self._channel)
+        # Generate taking the request already serialized.
+        self._generate_raw = self._channel.unary_stream(
+            GENERATE_PATH, response_deserializer=pb.GenerateResponse.FromString
+        )
         self._streams = StreamChannel(self.address) if stream_client == "mmgate" else None
         self.facts: WorkerFacts | None = None
         self.health = health or HealthGate()
@@ -152,27 +157,29 @@ class Worker:
         elif error.code() in WORKER_FAULTS:
             self.breaker.record(False)
 
-    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
+    async def generate(
+        self, request: pb.GenerateRequest, tail: Sequence[Piece] = ()
+    ) -> AsyncIterator[pb.GenerateResponse]:
         """Stream the worker's responses; a caller that stops iterating cancels the call,
-        which makes the worker abort the request in its engine."""
+        which makes the worker abort the request in its engine. `tail`: more fields of the
+        request, already serialized (sent after the request's own, without being copied)."""
         self.in_flight += 1
+        payload = [request.SerializeToString(), *tail]
         try:
             if self._streams is None:
-                async with aclosing(self._generate_grpcio(request)) as responses:
+                async with aclosing(self._generate_grpcio(b"".join(payload))) as responses:
                     async for response in responses:
                         yield response
                 return
-            messages = self._streams.stream(GENERATE_PATH, request.SerializeToString())
+            messages = self._streams.stream(GENERATE_PATH, payload)
             async with aclosing(messages):
                 async for message in messages:
                     yield pb.GenerateResponse.FromString(message)
         finally:
             self.in_flight -= 1
 
-    async def _generate_grpcio(
-        self, request: pb.GenerateRequest
-    ) -> AsyncIterator[pb.GenerateResponse]:
-        call = self.stub.Generate(request)
+    async def _generate_grpcio(self, request: bytes) -> AsyncIterator[pb.GenerateResponse]:
+        call = self._generate_raw(request)
         try:
             async for response in call:
                 yield response

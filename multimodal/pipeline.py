@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,7 @@ from multimodal.hashing import item_hash, settings_fingerprint
 from multimodal.media import LoadedImage
 from multimodal.processors.base import ImageProcessor, ProcessedImages
 from multimodal.prompt import expand
-from multimodal.wire import FLOAT_DTYPES, multimodal_inputs
+from multimodal.wire import FLOAT_DTYPES, Piece, encode_multimodal_inputs, multimodal_inputs
 from protos import vllm_engine_pb2 as pb
 
 
@@ -37,7 +38,16 @@ class Prepared:
     processed: ProcessedImages
     ranges: list[tuple[int, int]]
     hashes: list[str]
-    mm_inputs: pb.MultimodalInputs
+    float_dtype: str | None  # what floating tensors are cast to on the wire (None: as they are)
+
+    @functools.cached_property
+    def mm_inputs(self) -> pb.MultimodalInputs:
+        """The wire's MultimodalInputs message (copies every tensor into it)."""
+        return multimodal_inputs(self.processed, self.ranges, self.hashes, self.float_dtype)
+
+    def encoded_mm_inputs(self) -> list[Piece]:
+        """`mm_inputs` serialized, in pieces that view the tensors instead of copying them."""
+        return encode_multimodal_inputs(self.processed, self.ranges, self.hashes, self.float_dtype)
 
 
 def prepare(
@@ -54,5 +64,4 @@ def prepare(
     fingerprint = settings_fingerprint(processor.family, resolved, encoding.name)
     hashes = [item_hash(i.data, fingerprint) for i in images]
     float_dtype = None if encoding.raw else encoding.float_dtype
-    mm = multimodal_inputs(processed, ranges, hashes, float_dtype)
-    return Prepared(ids, processed, ranges, hashes, mm)
+    return Prepared(ids, processed, ranges, hashes, float_dtype)

@@ -1,4 +1,14 @@
-"""numpy tensors to the wire's TensorData / MultimodalInputs (raw little-endian bytes)."""
+"""numpy tensors to the wire's TensorData / MultimodalInputs (raw little-endian bytes).
+
+Two forms: `multimodal_inputs` builds the protobuf message (for tools and tests), and
+`encode_multimodal_inputs` gives the same message already serialized, as a list of pieces in
+which each tensor's bytes are a view of the numpy array rather than a copy. The gateway sends
+those pieces to the socket as they are: building the message copies every pixel twice, and
+putting it into a GenerateRequest (`CopyFrom`, `SerializeToString`, the gRPC frame) three
+more times, on the event loop. For a 1280x960 Qwen2.5-VL image (7.4 MB of uint8 patches)
+that was 2.4 ms of stalled event loop per image, for a 3840x2160 one over 100 ms
+(`benchmarks/wire_bench.py`).
+"""
 
 from __future__ import annotations
 
@@ -24,15 +34,24 @@ def to_bfloat16_bits(array: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16)
 
 
+# A piece of a serialized message: bytes, or a view of an array's memory.
+Piece = bytes | memoryview
+
+
 def tensor_data(array: np.ndarray, dtype: str | None = None) -> pb.TensorData:
     """`dtype` casts floating tensors (float32, float16 or bfloat16); others keep their own."""
+    name, array = _wire_array(array, dtype)
+    return pb.TensorData(inline=array.tobytes(), shape=list(array.shape), dtype=name)
+
+
+def _wire_array(array: np.ndarray, dtype: str | None) -> tuple[str, np.ndarray]:
+    """The dtype name the wire states, and the array as its C-contiguous little-endian bytes."""
     name = str(array.dtype)
     if dtype is not None and np.issubdtype(array.dtype, np.floating):
         name, array = dtype, _cast(array, dtype)
     if sys.byteorder != "little":
         array = array.byteswap()
-    array = np.ascontiguousarray(array)
-    return pb.TensorData(inline=array.tobytes(), shape=list(array.shape), dtype=name)
+    return name, np.ascontiguousarray(array)
 
 
 def _cast(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -49,11 +68,88 @@ def multimodal_inputs(
     modality: int = common_pb2.IMAGE,
 ) -> pb.MultimodalInputs:
     tensors = processed.tensors
-    mm = pb.MultimodalInputs(
+    return _message(
+        processed,
+        ranges,
+        hashes,
+        modality,
         pixel_values=tensor_data(tensors[PRIMARY_KEY], float_dtype),
         model_specific_tensors={
             k: tensor_data(v, float_dtype) for k, v in tensors.items() if k != PRIMARY_KEY
         },
+    )
+
+
+def encode_multimodal_inputs(
+    processed: ProcessedImages,
+    ranges: Sequence[tuple[int, int]],
+    hashes: Sequence[str],
+    float_dtype: str | None = None,
+    modality: int = common_pb2.IMAGE,
+) -> list[Piece]:
+    """`multimodal_inputs(...)` serialized, as pieces to send one after another; the tensors'
+    bytes are views of their arrays (kept alive by the views). Fields are in another order
+    than `SerializeToString` writes them, which protobuf parsers accept by definition."""
+    pieces: list[Piece] = [_message(processed, ranges, hashes, modality).SerializeToString()]
+    for key, value in processed.tensors.items():
+        tensor = _tensor_pieces(value, float_dtype)
+        if key == PRIMARY_KEY:
+            pieces += field_pieces(_PIXEL_VALUES, tensor)
+        else:  # a map entry: key = 1, value = 2
+            entry = [_key_bytes(key), *field_pieces(_MAP_VALUE, tensor)]
+            pieces += field_pieces(_MODEL_SPECIFIC_TENSORS, entry)
+    return pieces
+
+
+def field_pieces(number: int, pieces: Sequence[Piece]) -> list[Piece]:
+    """A length-delimited field (an embedded message or bytes) holding the given pieces."""
+    size = sum(len(p) for p in pieces)
+    return [_varint(number << 3 | _LENGTH_DELIMITED) + _varint(size), *pieces]
+
+
+def field_number(message: type, name: str) -> int:
+    return message.DESCRIPTOR.fields_by_name[name].number  # type: ignore[attr-defined]
+
+
+_PIXEL_VALUES = field_number(pb.MultimodalInputs, "pixel_values")
+_MODEL_SPECIFIC_TENSORS = field_number(pb.MultimodalInputs, "model_specific_tensors")
+_INLINE = field_number(pb.TensorData, "inline")
+_MAP_KEY, _MAP_VALUE = 1, 2  # a map entry is a message {key = 1; value = 2}
+_LENGTH_DELIMITED = 2  # the wire type of bytes, strings and embedded messages
+
+
+def _tensor_pieces(array: np.ndarray, dtype: str | None) -> list[Piece]:
+    name, array = _wire_array(array, dtype)
+    head = pb.TensorData(shape=list(array.shape), dtype=name).SerializeToString()
+    # inline is in a oneof: it is on the wire even when empty, as in the message form.
+    data = memoryview(array).cast("B") if array.size else b""  # (cast refuses a 0 in the shape)
+    return [head, *field_pieces(_INLINE, [data])]
+
+
+def _key_bytes(key: str) -> bytes:
+    encoded = key.encode()
+    return _varint(_MAP_KEY << 3 | _LENGTH_DELIMITED) + _varint(len(encoded)) + encoded
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _message(
+    processed: ProcessedImages,
+    ranges: Sequence[tuple[int, int]],
+    hashes: Sequence[str],
+    modality: int,
+    **tensors: object,
+) -> pb.MultimodalInputs:
+    """The message: every field but the tensors, and the tensors given here, if any."""
+    mm = pb.MultimodalInputs(
+        **tensors,
         mm_placeholders=[pb.PlaceholderRange(offset=o, length=n) for o, n in ranges],
         mm_hashes=list(hashes),
         batched_keys=list(processed.batched_keys),

@@ -86,6 +86,18 @@ def test_data_uri_and_allow_listed_url_equal_vllm(
         gateway.stop()
 
 
+def test_images_through_the_grpcio_client_equal_vllm(
+    vision_model, worker, expected, tmp_path_factory
+):
+    # The request goes out pre-serialized here too (a raw Generate call with the pixels appended).
+    gateway = gateway_for(vision_model, worker, tmp_path_factory, "--stream-client", "grpcio")
+    try:
+        data_uri = "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)).decode()
+        assert ask(gateway, data_uri).choices[0].message.content == expected
+    finally:
+        gateway.stop()
+
+
 def test_private_urls_are_refused_by_default(vision_model, worker, image_server, tmp_path_factory):
     gateway = gateway_for(vision_model, worker, tmp_path_factory)
     try:

@@ -14,9 +14,10 @@ import json
 import socket
 
 import grpc
+import numpy as np
 import pytest
 
-from gateway.grpc_stream import StreamChannel
+from gateway.grpc_stream import MessageBody, StreamChannel
 
 PATH = "/test.Streamer/Stream"
 
@@ -28,10 +29,12 @@ class Streamer:
     def __init__(self) -> None:
         self.cancelled = asyncio.Event()
         self.received: list[int] = []
+        self.bodies: list[bytes] = []
 
     async def stream(self, request: bytes, context: grpc.aio.ServicerContext):
         ask = json.loads(request[: request.index(b"}") + 1])
         self.received.append(len(request))
+        self.bodies.append(request)
         try:
             for i in range(ask.get("count", 0)):
                 yield bytes([i % 251]) * ask.get("size", 1)
@@ -119,6 +122,30 @@ def test_a_large_request_waits_for_the_servers_window():
         assert streamer.received == [len(payload)]
 
     with_server(check, streamer)
+
+
+def test_a_request_in_pieces_arrives_as_their_concatenation():
+    streamer = Streamer()
+    big = np.random.default_rng(0).integers(0, 256, 3_000_001, dtype=np.uint8)
+    # beyond the first windows, pieces crossing frame borders, empty ones, array views
+    large = [request(count=1), b"", memoryview(big)[5:], b"x" * 16385, memoryview(b"yz")]
+    small = [request(count=2), b"ab", memoryview(b"cd")]  # joined before sending
+
+    async def check(channel: StreamChannel, address: str) -> None:
+        assert len(await collect(channel, large)) == 1
+        assert len(await collect(channel, small)) == 2
+
+    with_server(check, streamer)
+    assert streamer.bodies == [b"".join(large), b"".join(small)]
+
+
+def test_message_body_views_cover_any_range():
+    pieces = [b"abc", memoryview(b"defgh"), b"", b"i" * 20_000]
+    body = MessageBody(pieces)
+    whole = b"\x00" + (20_008).to_bytes(4, "big") + b"abcdefgh" + b"i" * 20_000
+    assert len(body) == len(whole)
+    for start, end in [(0, 5), (3, 9), (7, 13), (12, len(whole)), (0, len(whole)), (6, 6)]:
+        assert b"".join(body.views(start, end)) == whole[start:end]
 
 
 @pytest.mark.parametrize(

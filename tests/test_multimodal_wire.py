@@ -8,7 +8,15 @@ import torch
 
 from engine_server.tensors import tensor_from_proto
 from multimodal.hashing import item_hash, settings_fingerprint
-from multimodal.wire import tensor_data, to_bfloat16_bits
+from multimodal.processors.base import ProcessedImages
+from multimodal.wire import (
+    encode_multimodal_inputs,
+    field_pieces,
+    multimodal_inputs,
+    tensor_data,
+    to_bfloat16_bits,
+)
+from protos import vllm_engine_pb2 as pb
 
 
 def test_bfloat16_bits_equal_torch_rounding():
@@ -52,3 +60,53 @@ def test_hash_covers_bytes_and_every_tensor_setting():
     assert h != item_hash(b"image", settings_fingerprint("qwen_vl", {"max_pixels": 101}, "uint8"))
     assert h != item_hash(b"image", settings_fingerprint("qwen_vl", {"max_pixels": 100}, "float32"))
     assert len(h) == 64
+
+
+def _processed(pixels: np.ndarray, **extra: np.ndarray) -> ProcessedImages:
+    return ProcessedImages(
+        tensors={"pixel_values": pixels, **extra},
+        batched_keys=("image_sizes",) if "image_sizes" in extra else (),
+        flat_keys={"pixel_values": "image_grid_thw"} if "image_grid_thw" in extra else {},
+        keep_on_cpu_keys=("image_grid_thw",) if "image_grid_thw" in extra else (),
+        embed_token_id=7 if "image_sizes" in extra else None,
+    )
+
+
+_RNG = np.random.default_rng(1)
+_CASES = {
+    "qwen uint8": _processed(
+        _RNG.integers(0, 256, (2 * 6, 1176), dtype=np.uint8),
+        image_grid_thw=np.array([[1, 2, 2], [1, 4, 2]], dtype=np.int64),
+    ),
+    "llava floats": _processed(
+        _RNG.normal(size=(2, 3, 3, 14, 14)).astype(np.float32),
+        image_sizes=np.array([[14, 14], [28, 7]], dtype=np.int64),
+    ),
+    "non-contiguous": _processed(_RNG.normal(size=(40, 30)).astype(np.float32).T),
+    "empty": _processed(np.zeros((0, 1176), np.uint8), image_grid_thw=np.zeros((0, 3), np.int64)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CASES))
+@pytest.mark.parametrize("dtype", [None, "float32", "float16", "bfloat16"])
+def test_encoded_pieces_parse_to_the_message(case, dtype):
+    processed = _CASES[case]
+    ranges, hashes = [(3, 4), (9, 8)], ["a" * 64, "b" * 64]
+    message = multimodal_inputs(processed, ranges, hashes, dtype)
+    pieces = encode_multimodal_inputs(processed, ranges, hashes, dtype)
+    assert pb.MultimodalInputs.FromString(b"".join(pieces)) == message
+    # and as a field of a GenerateRequest, after the request's own fields
+    request = pb.GenerateRequest(request_id="r", tokenized=pb.TokenizedInput(input_ids=[1, 2]))
+    number = pb.GenerateRequest.DESCRIPTOR.fields_by_name["mm_inputs"].number
+    sent = b"".join([request.SerializeToString(), *field_pieces(number, pieces)])
+    request.mm_inputs.CopyFrom(message)
+    assert pb.GenerateRequest.FromString(sent) == request
+
+
+def test_encoded_pixels_are_views_of_the_array_not_copies():
+    pixels = np.arange(1176 * 4, dtype=np.uint8).reshape(4, 1176)
+    pieces = encode_multimodal_inputs(_processed(pixels), [(0, 4)], ["h" * 64])
+    views = [p for p in pieces if isinstance(p, memoryview) and p.nbytes == pixels.nbytes]
+    assert len(views) == 1
+    pixels[0, 0] = 255  # the view sees the array's memory
+    assert views[0][0] == 255
