@@ -29,6 +29,11 @@ def test_bfloat16_bits_equal_torch_rounding():
     )
     want = torch.from_numpy(values).to(torch.bfloat16).view(torch.uint16).numpy()
     assert np.array_equal(to_bfloat16_bits(values), want)
+    # NaNs whose payload would carry into the exponent (or past 2**32) when rounded
+    nans = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7F808000, 0xFFC00001], np.uint32).view(np.float32)
+    assert np.isnan(nans).all()
+    bits = to_bfloat16_bits(nans).view(np.int16)
+    assert np.isnan(torch.from_numpy(bits).view(torch.bfloat16).float().numpy()).all()
     assert np.isnan(
         torch.from_numpy(to_bfloat16_bits(np.array([np.nan], np.float32)).view(np.int16))
         .view(torch.bfloat16)
