@@ -73,6 +73,7 @@ class BenchConfig:
     throughput_seconds: float = 4.0
     rounds: int = 1
     output_tokens: int = 16
+    image_max_pixels: int | None = None  # None: the fixture's own (50176, 224x224)
     ours_env: dict[str, str] = field(default_factory=dict)
 
     def seconds_for(self, concurrency: int) -> float:
@@ -185,8 +186,9 @@ def models_ready(base: str) -> bool:
 # ---- the fixture model ----
 
 
-def build_fixture_model(workdir: Path) -> tuple[Path, Path]:
-    """A copy of the tiny Qwen2-VL that SMG 1.13.0 can also serve; returns (dir, SMG template)."""
+def build_fixture_model(workdir: Path, max_pixels: int | None = None) -> tuple[Path, Path]:
+    """A copy of the tiny Qwen2-VL that SMG 1.13.0 can also serve; returns (dir, SMG template).
+    `max_pixels` replaces the image processor's limit (Qwen2-VL's own default is 12845056)."""
     from engine_server.tiny_models import ensure_model
 
     source = ensure_model("vision")
@@ -200,10 +202,18 @@ def build_fixture_model(workdir: Path) -> tuple[Path, Path]:
     config["vision_token_id"] = config["image_token_id"]
     config["text_config"]["vocab_size"] = max(config["text_config"]["vocab_size"], anchor_id + 1)
     (model / "config.json").write_text(json.dumps(config, indent=2))
+    if max_pixels is not None:
+        set_max_pixels(model / "preprocessor_config.json", max_pixels)
     template = (model / "chat_template.jinja").read_text()
     smg_template = workdir / "smg_chat_template.jinja"
     smg_template.write_text(template.replace(QWEN_IMAGE, SMG_IMAGE))
     return model, smg_template
+
+
+def set_max_pixels(path: Path, max_pixels: int) -> None:
+    preprocessor = json.loads(path.read_text())
+    preprocessor["max_pixels"] = preprocessor["size"]["longest_edge"] = max_pixels
+    path.write_text(json.dumps(preprocessor, indent=2))
 
 
 def add_image_anchor_token(tokenizer_path: Path) -> int:
@@ -236,7 +246,7 @@ def start_stack(
     workdir: Path, config: BenchConfig, gateways: tuple[str, ...] = ("ours", "smg")
 ) -> Stack:
     """The mock worker, then the gateways in front of it, each ready to serve."""
-    model, smg_template = build_fixture_model(workdir)
+    model, smg_template = build_fixture_model(workdir, config.image_max_pixels)
     capture_dir = workdir / "captured"
     capture_dir.mkdir()
     worker_port = free_port()
@@ -606,6 +616,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kinds", nargs="+", choices=("text", "image"), default=["text", "image"])
     p.add_argument("--output-tokens", type=int, default=16, help="tokens per request")
     p.add_argument(
+        "--image-max-pixels",
+        type=int,
+        help="the image processor's max_pixels (default: the fixture's 50176, so the 640x480 "
+        "image becomes 252x168; 12845056, Qwen2-VL's own, keeps it at full size)",
+    )
+    p.add_argument(
         "--concurrency",
         type=int,
         nargs="+",
@@ -630,6 +646,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         concurrencies=tuple(args.concurrency),
         rounds=args.rounds or (1 if args.quick else 3),
         output_tokens=args.output_tokens,
+        image_max_pixels=args.image_max_pixels,
         ours_env=dict(item.split("=", 1) for item in args.ours_env),
     )
     if args.quick:
