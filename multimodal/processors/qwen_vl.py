@@ -79,6 +79,7 @@ class QwenVLProcessor(ImageProcessor):
         scale = np.float32(1.0 / s.rescale_factor)
         self._mean = np.asarray(s.mean, dtype=np.float32) * scale
         self._std = np.asarray(s.std, dtype=np.float32) * scale
+        self._default_options: dict[str, Any] | None = None  # resolve_options({}), once
 
     @classmethod
     def matches(cls, files: ModelFiles) -> bool:
@@ -109,6 +110,13 @@ class QwenVLProcessor(ImageProcessor):
         return self.settings.image_token_id
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        if not options:  # the common case, resolved once (a few us a request)
+            if self._default_options is None:
+                self._default_options = self._resolve_options(options)
+            return dict(self._default_options)
+        return self._resolve_options(options)
+
+    def _resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(options) - set(OPTION_KEYS) - {"size"}
         if unknown:
             raise OptionError(
@@ -143,15 +151,17 @@ class QwenVLProcessor(ImageProcessor):
         grid_thw = np.asarray(grids, dtype=np.int64).reshape(len(images), 3)
         merge = self.settings.merge_size**2
         token = self.settings.image_token_id
+        # math.prod on the grids' ints: the same numbers as numpy's prod, without its overhead
+        sizes = [math.prod(g) for g in grids]
         return ProcessedImages(
             tensors={
                 "pixel_values": np.concatenate(patches) if len(patches) > 1 else patches[0],
                 "image_grid_thw": grid_thw,
-                SIZES_KEY: grid_thw.prod(axis=1),
+                SIZES_KEY: np.asarray(sizes, dtype=np.int64),
             },
             batched_keys=("image_grid_thw", SIZES_KEY),
             flat_keys={"pixel_values": SIZES_KEY},
-            replacements=[[token] * (int(np.prod(g)) // merge) for g in grids],
+            replacements=[[token] * (size // merge) for size in sizes],
         )
 
     def _one(
