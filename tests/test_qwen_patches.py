@@ -48,7 +48,8 @@ def noise(height: int, width: int, seed: int = 0) -> np.ndarray:
 
 
 # (height, width, options): no resize, width only, height only, both, upscale, strong downscale,
-# both from an odd height (the AVX-512 width pass goes two rows at a time, the last one alone)
+# both from an odd height (the AVX-512 width pass goes two rows at a time, the last one alone),
+# and 1009 -> 1008, whose width weights of 32640 and up split by per-output multipliers
 CASES = [
     (224, 224, {}),
     (112, 120, {}),
@@ -57,6 +58,7 @@ CASES = [
     (20, 30, {}),
     (1000, 700, {"max_pixels": 28 * 28 * 40}),
     (131, 97, {}),
+    (57, 1009, {}),
 ]
 
 

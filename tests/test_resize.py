@@ -156,15 +156,17 @@ def test_structured_images(src, dst, method, backend):
 
 # The AVX-512 width pass (3 channels) takes output pixels 16 at a time from a 128-byte window and
 # reads the row's last window masked; wider downscales (about 2.2x bicubic) take the AVX2 kernel.
-# It goes 4 taps a step when every weight splits into signed-byte halves (256 * high + low), 2
-# taps a step otherwise: weights of 32640 and up, as in 1000 -> 999 and 3840 -> 3836.
+# It goes 4 taps a step when each output's weights split into signed-byte halves (m * high +
+# low): by m = 256 for nearly all plans; weights of 32640 and up (1000 -> 999, 3840 -> 3836) by
+# each output's own m; 2 taps a step when some output's weights split by no m (655 -> 653 and
+# 788 -> 784 bicubic: 32666 or 32643 beside a weight of 128).
 # Widths: near 1:1 (Qwen), around that limit on both sides, partial last groups, tiny rows.
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize(
     ("w_in", "w_out"),
     [(1280, 1288), (1280, 1232), (1287, 1300), (1000, 455), (1000, 435), (1000, 400),
      (1000, 380), (100, 47), (17, 16), (16, 17), (5, 33), (42, 21), (43, 1), (1000, 999),
-     (3840, 3836)],
+     (3840, 3836), (655, 653), (788, 784)],
 )  # fmt: skip
 def test_width_pass_layouts(w_in, w_out, method, backend):
     for name, image in structured_images(6, w_in).items():

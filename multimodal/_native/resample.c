@@ -236,6 +236,8 @@ AVX2 static void v_row_avx2(const uint8_t *const *rows, int n, const int16_t *w,
 typedef struct {
     int groups;          /* groups of 16 outputs; 0: this layout does not fit the plan */
     int quads;           /* 1: steps of 4 taps (see h_row_rgb_avx512_quads), 0: tap pairs */
+    int scaled;          /* quads: 1 if some weights split by a multiplier other than 256; each
+                          * group's vectors then hold its 16 multipliers after the indexes */
     int32_t *windows;    /* groups: byte offset of each group's window in the row */
     int32_t *pairs;      /* groups: steps the group needs (its most taps / 2 or 4, rounded up) */
     __m512i *vectors;    /* per group: the indexes, then the weights of each step */
@@ -255,14 +257,35 @@ static int splits(int w)
     return w >= -128 * 256 - 128 && w <= 127 * 256 + 127;
 }
 
-static int8_t high_byte(int w)
+/* The high half of w split by multiplier m >= 256: floor((w + 128) / m), so that the low half
+ * w - m * high is the least >= -128. */
+static int high_half(int w, int m)
 {
-    return (int8_t)((w + 128) >> 8);
+    const int a = w + 128;
+    return a >= 0 ? a / m : -((-a + m - 1) / m);
 }
 
-static int8_t low_byte(int w)
+/* Whether w = m * high + low with both halves signed bytes. */
+static int splits_by(int w, int m)
 {
-    return (int8_t)(w - 256 * high_byte(w));
+    const int high = high_half(w, m), low = w - m * high;
+    return high >= -128 && high <= 127 && low <= 127;
+}
+
+/* The multiplier for output x's weights: 256 if they all split by it, else the least above
+ * that they all split by (weights of 32640 and up do not split by 256: 32767 = 258 * 127 + 1);
+ * 0 if none up to 511 does. */
+static int pixel_multiplier(const axis_plan *plan, int x)
+{
+    const int16_t *w = plan->weights + (size_t)x * plan->stride;
+    for (int m = 256; m < 512; m++) {
+        int all = 1;
+        for (int k = 0; k < plan->sizes[x] && all; k++)
+            all = splits_by(w[k], m);
+        if (all)
+            return m;
+    }
+    return 0;
 }
 
 static int32_t quad8(const int8_t b[4])
@@ -272,16 +295,27 @@ static int32_t quad8(const int8_t b[4])
 }
 
 /* 0, or 1 if the plan does not fit (rp->groups stays 0), or -1 if memory ran out. Steps of 4
- * taps when every weight splits into s8 halves, else of 2. */
+ * taps when every output's weights split into s8 halves by some multiplier (256 for nearly
+ * all plans), else of 2. */
 static int rgb512_plan_open(rgb512_plan *rp, const axis_plan *plan, int w_out, size_t in_row)
 {
     if (w_out <= 0)
         return 1;
     /* every weight, those past an output's taps too (0 there, or only more cautious): one
      * branchless pass the compiler vectorizes */
-    int quads = 1;
+    int quads = 1, scaled = 0;
     for (size_t i = 0; i < (size_t)w_out * plan->stride; i++)
         quads &= splits(plan->weights[i]);
+    int *multipliers = NULL;
+    if (!quads) { /* weights of 32640 and up: each output its own multiplier */
+        multipliers = malloc(sizeof *multipliers * (size_t)w_out);
+        if (!multipliers)
+            return -1;
+        quads = 1;
+        for (int x = 0; x < w_out && quads; x++)
+            quads = (multipliers[x] = pixel_multiplier(plan, x)) != 0;
+        scaled = quads;
+    }
     const int taps = quads ? 4 : 2; /* per step */
     const size_t groups = ((size_t)w_out + 15) / 16;
     size_t vectors = 0;
@@ -289,17 +323,21 @@ static int rgb512_plan_open(rgb512_plan *rp, const axis_plan *plan, int w_out, s
         const int x0 = 16 * g;
         int most = 1;
         for (int x = x0; x < x0 + 16 && x < w_out; x++) {
-            if (3 * ((size_t)plan->starts[x] + plan->sizes[x] - plan->starts[x0]) > WINDOW)
+            if (3 * ((size_t)plan->starts[x] + plan->sizes[x] - plan->starts[x0]) > WINDOW) {
+                free(multipliers);
                 return 1;
+            }
             most = plan->sizes[x] > most ? plan->sizes[x] : most;
         }
-        vectors += 1 + (size_t)(quads + 1) * ((most + taps - 1) / taps);
+        vectors += 1 + (size_t)scaled + (size_t)(quads + 1) * ((most + taps - 1) / taps);
     }
     rp->windows = calloc(groups, sizeof *rp->windows);
     rp->pairs = calloc(groups, sizeof *rp->pairs);
     rp->vectors = aligned_alloc(64, vectors * 64);
-    if (!rp->windows || !rp->pairs || !rp->vectors)
+    if (!rp->windows || !rp->pairs || !rp->vectors) {
+        free(multipliers);
         return -1;
+    }
     int32_t *v = (int32_t *)rp->vectors;
     for (int g = 0; g < (int)groups; g++) {
         const int x0 = 16 * g;
@@ -320,6 +358,12 @@ static int rgb512_plan_open(rgb512_plan *rp, const axis_plan *plan, int w_out, s
                 *v = pair16(first, first + 3);
             }
         }
+        int m[16];
+        for (int i = 0; i < 16; i++)
+            m[i] = scaled && x0 + i < w_out ? multipliers[x0 + i] : 256;
+        if (scaled)
+            for (int i = 0; i < 16; i++, v++)
+                *v = m[i];
         for (int j = 0; j < steps; j++) {
             int16_t w[16][4] = {{0}};
             for (int i = 0; i < 16; i++)
@@ -331,20 +375,22 @@ static int rgb512_plan_open(rgb512_plan *rp, const axis_plan *plan, int w_out, s
                     *v = pair16(w[i][0], w[i][1]);
                 continue;
             }
-            for (int i = 0; i < 16; i++, v++) {
-                const int8_t high[4] = {high_byte(w[i][0]), high_byte(w[i][1]),
-                                        high_byte(w[i][2]), high_byte(w[i][3])};
-                *v = quad8(high);
-            }
-            for (int i = 0; i < 16; i++, v++) {
-                const int8_t low[4] = {low_byte(w[i][0]), low_byte(w[i][1]), low_byte(w[i][2]),
-                                       low_byte(w[i][3])};
-                *v = quad8(low);
-            }
+            int8_t high[16][4], low[16][4];
+            for (int i = 0; i < 16; i++)
+                for (int t = 0; t < 4; t++) {
+                    high[i][t] = (int8_t)high_half(w[i][t], m[i]);
+                    low[i][t] = (int8_t)(w[i][t] - m[i] * high[i][t]);
+                }
+            for (int i = 0; i < 16; i++, v++)
+                *v = quad8(high[i]);
+            for (int i = 0; i < 16; i++, v++)
+                *v = quad8(low[i]);
         }
     }
+    free(multipliers);
     rp->in_row = in_row;
     rp->quads = quads;
+    rp->scaled = scaled;
     rp->groups = (int)groups;
     return 0;
 }
@@ -438,13 +484,21 @@ AVX512 static void h_row_rgb_avx512(const uint8_t *in, uint8_t *out, const rgb51
     }
 }
 
+/* The high sums times their multipliers: 256 (a shift), or each pixel's own (scaled plans). */
+AVX512_INLINE __m512i join_high(__m512i high, __m512i multipliers, const int scaled)
+{
+    return scaled ? _mm512_mullo_epi32(high, multipliers) : _mm512_slli_epi32(high, 8);
+}
+
 /* h_row_rgb_avx512 with steps of 4 taps: per step and channel one byte permutation gathers
  * each pixel's 4 tap bytes into its 32-bit lane, and two vpdpbusd add their products with the
- * weights' high and low signed bytes (w = 256 * high + low, exact: the plan checked every
- * weight splits), into separate sums joined at the end as 256 * high sum + low sum: half the
- * permutations of the pair kernel for the same number of dot products. */
-AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const rgb512_plan *rp,
-                                          int precision, size_t plane)
+ * weights' high and low signed bytes (w = m * high + low, exact: the plan checked every weight
+ * splits), into separate sums joined at the end as m * high sum + low sum: half the
+ * permutations of the pair kernel for the same number of dot products. m is 256 (a shift) but
+ * in plans with weights of 32640 and up, where each pixel has its own (`scaled`, a multiply). */
+AVX512_INLINE void h_row_rgb_avx512_quads_n(const uint8_t *in, uint8_t *out,
+                                            const rgb512_plan *rp, int precision, size_t plane,
+                                            const int scaled)
 {
     const __m512i order = rgb_order();
     const __m512i start = _mm512_set1_epi32(rounding(precision));
@@ -459,7 +513,8 @@ AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const
         __m512i ig = _mm512_add_epi8(ir, one);
         __m512i ib = _mm512_add_epi8(ig, one);
         __m512i hr = zero, hg = zero, hb = zero, sr = start, sg = start, sb = start;
-        v++;
+        const __m512i mul = scaled ? v[1] : zero;
+        v += 1 + scaled;
         for (int j = 0; j < rp->pairs[g]; j++, v += 2) {
             const __m512i high = v[0], low = v[1];
             const __m512i pr = _mm512_permutex2var_epi8(lo, ir, hi);
@@ -475,11 +530,20 @@ AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const
             ig = _mm512_add_epi8(ig, twelve);
             ib = _mm512_add_epi8(ib, twelve);
         }
-        sr = _mm512_sra_epi32(_mm512_add_epi32(sr, _mm512_slli_epi32(hr, 8)), shift);
-        sg = _mm512_sra_epi32(_mm512_add_epi32(sg, _mm512_slli_epi32(hg, 8)), shift);
-        sb = _mm512_sra_epi32(_mm512_add_epi32(sb, _mm512_slli_epi32(hb, 8)), shift);
+        sr = _mm512_sra_epi32(_mm512_add_epi32(sr, join_high(hr, mul, scaled)), shift);
+        sg = _mm512_sra_epi32(_mm512_add_epi32(sg, join_high(hg, mul, scaled)), shift);
+        sb = _mm512_sra_epi32(_mm512_add_epi32(sb, join_high(hb, mul, scaled)), shift);
         store_rgb(out, plane, sr, sg, sb, order);
     }
+}
+
+AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const rgb512_plan *rp,
+                                          int precision, size_t plane)
+{
+    if (rp->scaled)
+        h_row_rgb_avx512_quads_n(in, out, rp, precision, plane, 1);
+    else
+        h_row_rgb_avx512_quads_n(in, out, rp, precision, plane, 0);
 }
 
 /* Rows this far below the two being resampled are prefetched meanwhile (`ahead`, and the row
@@ -488,9 +552,10 @@ AVX512 static void h_row_rgb_avx512_quads(const uint8_t *in, uint8_t *out, const
 
 /* h_row_rgb_avx512_quads on two rows at once, planar output only: the plan's vectors, the
  * index steps and the loop are shared by both rows. */
-AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *in1, uint8_t *out0,
-                                            uint8_t *out1, const rgb512_plan *rp, int precision,
-                                            size_t plane, const uint8_t *ahead)
+AVX512_INLINE void h_rows2_rgb_avx512_quads_n(const uint8_t *in0, const uint8_t *in1,
+                                              uint8_t *out0, uint8_t *out1,
+                                              const rgb512_plan *rp, int precision, size_t plane,
+                                              const uint8_t *ahead, const int scaled)
 {
     const __m512i start = _mm512_set1_epi32(rounding(precision));
     const __m512i zero = _mm512_setzero_si512();
@@ -508,7 +573,8 @@ AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *i
         __m512i ib = _mm512_add_epi8(ig, one);
         __m512i hr0 = zero, hg0 = zero, hb0 = zero, sr0 = start, sg0 = start, sb0 = start;
         __m512i hr1 = zero, hg1 = zero, hb1 = zero, sr1 = start, sg1 = start, sb1 = start;
-        v++;
+        const __m512i mul = scaled ? v[1] : zero;
+        v += 1 + scaled;
         for (int j = 0; j < rp->pairs[g]; j++, v += 2) {
             const __m512i high = v[0], low = v[1];
             __m512i p = _mm512_permutex2var_epi8(lo0, ir, hi0);
@@ -533,11 +599,21 @@ AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *i
             ig = _mm512_add_epi8(ig, twelve);
             ib = _mm512_add_epi8(ib, twelve);
         }
-#define SUM(h, s) _mm512_sra_epi32(_mm512_add_epi32(s, _mm512_slli_epi32(h, 8)), shift)
+#define SUM(h, s) _mm512_sra_epi32(_mm512_add_epi32(s, join_high(h, mul, scaled)), shift)
         store_rgb(out0, plane, SUM(hr0, sr0), SUM(hg0, sg0), SUM(hb0, sb0), zero);
         store_rgb(out1, plane, SUM(hr1, sr1), SUM(hg1, sg1), SUM(hb1, sb1), zero);
 #undef SUM
     }
+}
+
+AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *in1, uint8_t *out0,
+                                            uint8_t *out1, const rgb512_plan *rp, int precision,
+                                            size_t plane, const uint8_t *ahead)
+{
+    if (rp->scaled)
+        h_rows2_rgb_avx512_quads_n(in0, in1, out0, out1, rp, precision, plane, ahead, 1);
+    else
+        h_rows2_rgb_avx512_quads_n(in0, in1, out0, out1, rp, precision, plane, ahead, 0);
 }
 
 /* The height pass as v_row_avx2, 64 bytes at a time, the last < 64 loaded and stored masked.
