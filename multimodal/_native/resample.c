@@ -557,7 +557,10 @@ AVX512_INLINE void h_rows2_rgb_avx512_quads_n(const uint8_t *in0, const uint8_t 
                                               const rgb512_plan *rp, int precision, size_t plane,
                                               const uint8_t *ahead, const int scaled)
 {
-    const __m512i start = _mm512_set1_epi32(rounding(precision));
+    /* sums biased by -128 << precision: each shifted sum is its byte - 128, narrowed with
+     * signed saturation (no clamp at 0 first), the bias undone on the 16 bytes */
+    const __m512i start = _mm512_set1_epi32(rounding(precision) - (int32_t)(128u << precision));
+    const __m128i flip = _mm_set1_epi8((char)0x80);
     const __m512i zero = _mm512_setzero_si512();
     const __m512i one = _mm512_set1_epi8(1), twelve = _mm512_set1_epi8(12);
     const __m128i shift = _mm_cvtsi32_si128(precision);
@@ -576,6 +579,11 @@ AVX512_INLINE void h_rows2_rgb_avx512_quads_n(const uint8_t *in0, const uint8_t 
         const __m512i mul = scaled ? v[1] : zero;
         v += 1 + scaled;
         for (int j = 0; j < rp->pairs[g]; j++, v += 2) {
+            if (j) { /* the next 4 taps, 12 bytes on (not after the last step) */
+                ir = _mm512_add_epi8(ir, twelve);
+                ig = _mm512_add_epi8(ig, twelve);
+                ib = _mm512_add_epi8(ib, twelve);
+            }
             const __m512i high = v[0], low = v[1];
             __m512i p = _mm512_permutex2var_epi8(lo0, ir, hi0);
             hr0 = _mm512_dpbusd_epi32(hr0, p, high);
@@ -595,14 +603,19 @@ AVX512_INLINE void h_rows2_rgb_avx512_quads_n(const uint8_t *in0, const uint8_t 
             p = _mm512_permutex2var_epi8(lo1, ib, hi1);
             hb1 = _mm512_dpbusd_epi32(hb1, p, high);
             sb1 = _mm512_dpbusd_epi32(sb1, p, low);
-            ir = _mm512_add_epi8(ir, twelve);
-            ig = _mm512_add_epi8(ig, twelve);
-            ib = _mm512_add_epi8(ib, twelve);
         }
-#define SUM(h, s) _mm512_sra_epi32(_mm512_add_epi32(s, join_high(h, mul, scaled)), shift)
-        store_rgb(out0, plane, SUM(hr0, sr0), SUM(hg0, sg0), SUM(hb0, sb0), zero);
-        store_rgb(out1, plane, SUM(hr1, sr1), SUM(hg1, sg1), SUM(hb1, sb1), zero);
-#undef SUM
+#define STORE(to, h, s)                                                                      \
+    _mm_storeu_si128((__m128i *)(to),                                                         \
+                     _mm_xor_si128(_mm512_cvtsepi32_epi8(_mm512_sra_epi32(                     \
+                                       _mm512_add_epi32(s, join_high(h, mul, scaled)), shift)), \
+                                   flip))
+        STORE(out0, hr0, sr0);
+        STORE(out0 + plane, hg0, sg0);
+        STORE(out0 + 2 * plane, hb0, sb0);
+        STORE(out1, hr1, sr1);
+        STORE(out1 + plane, hg1, sg1);
+        STORE(out1 + 2 * plane, hb1, sb1);
+#undef STORE
     }
 }
 
