@@ -7,7 +7,9 @@ Starts `benchmarks.mock_worker` (no model compute: 16 tokens per request), `mmga
 `smg launch` in front of it, checks that both gateways answer the same text and image chat,
 and then runs the same closed-loop loads (`benchmarks.load_gen`, in its own process) against
 each, plus a direct baseline: the worker's Generate called over gRPC with the exact request
-our gateway sent it (captured by the mock worker). Cases: text and image (a 640x480 JPEG data
+our gateway sent it (captured by the mock worker), by the gateway's own HTTP/2 client with the
+request serialized once (`load_gen --grpc-client`), so that it measures the worker, not a
+client. Cases: text and image (a 640x480 JPEG data
 URI) chat, streaming and not, at concurrency 1 (latency, 2 s) and 32 (throughput, 4 s). The
 order of the targets rotates from case to case and from round to round so that load from
 elsewhere on the machine does not favour one of them; with three rounds (the default) the
