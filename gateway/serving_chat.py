@@ -27,7 +27,7 @@ from gateway.sse import ChunkWriter
 from gateway.streaming import Choice, Generation, Usage, per_choice
 from gateway.worker import Worker
 from multimodal.errors import MediaError
-from multimodal.media import MediaPolicy, decode_sources, download_all
+from multimodal.media import MediaPolicy, decode_sources, download_all, needs_download
 from multimodal.pipeline import PixelEncoding, Prepared, prepare
 from multimodal.processors.base import ImageProcessor, OptionError
 from multimodal.prompt import PromptError
@@ -131,7 +131,9 @@ class ChatService:
         urls = [url for url, _detail in rendered.image_urls]
         try:
             started = time.perf_counter()
-            downloaded = await download_all(urls, self.media_policy, self.http)
+            downloaded: list[bytes | None] = [None] * len(urls)
+            if needs_download(urls):  # (data: URIs need no task, no turn of the event loop)
+                downloaded = await download_all(urls, self.media_policy, self.http)
             fetched = time.perf_counter()
             # Decoding and preprocessing in one worker thread: one hand-off of the GIL-bound
             # glue between them instead of two (measured: 10-20% less gateway CPU per image

@@ -47,6 +47,7 @@ __all__ = [
     "download_all",
     "load_image",
     "load_images",
+    "needs_download",
 ]
 
 
@@ -128,6 +129,12 @@ async def download_all(
 ) -> list[bytes | None]:
     """``download`` for each source, concurrently and failing fast like ``load_images``."""
     return await _each_or_fail_fast(sources, policy, client, download, max_concurrency)
+
+
+def needs_download(sources: Sequence[str]) -> bool:
+    """Whether any source is an http(s) URL, which ``download_all`` must fetch first; the
+    others are read by ``decode_sources`` itself (``download_all`` gives None for them)."""
+    return any(isinstance(s, str) and _source_kind_or_none(s) == "http" for s in sources)
 
 
 def decode_source(source: str, downloaded: bytes | None, policy: MediaPolicy) -> LoadedImage:
