@@ -120,6 +120,10 @@ class WorkerProcess:
         """Stop the worker and its engine where they are (SIGSTOP to the whole group)."""
         os.killpg(self.proc.pid, signal.SIGSTOP)
 
+    def thaw(self) -> None:
+        """Let a frozen worker go on (SIGCONT to the whole group)."""
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """Sudden death of the worker and its engine (SIGKILL to the whole group)."""
         os.killpg(self.proc.pid, signal.SIGKILL)
