@@ -1,7 +1,8 @@
 """Throughput and latency of our gateway vs SMG 1.13.0, both in front of the same mock worker.
 
     python -m benchmarks.gateway_bench [--quick] [--rounds N] [--kinds text image]
-        [--concurrency 1 32] [--output-tokens 16] [--ours-env KEY=VALUE] [--json FILE]
+        [--concurrency 1 32] [--output-tokens 16] [--image-max-pixels N]
+        [--ours-env KEY=VALUE] [--json FILE]
 
 Starts `benchmarks.mock_worker` (no model compute: 16 tokens per request), `mmgate serve` and
 `smg launch` in front of it, checks that both gateways answer the same text and image chat,
@@ -9,9 +10,9 @@ and then runs the same closed-loop loads (`benchmarks.load_gen`, in its own proc
 each, plus a direct baseline: the worker's Generate called over gRPC with the exact request
 our gateway sent it (captured by the mock worker), by the gateway's own HTTP/2 client with the
 request serialized once (`load_gen --grpc-client`), so that it measures the worker, not a
-client. Cases: text and image (a 640x480 JPEG data
-URI) chat, streaming and not, at concurrency 1 (latency, 2 s) and 32 (throughput, 4 s). The
-order of the targets rotates from case to case and from round to round so that load from
+client. Cases: text and image (a 640x480 JPEG data URI; `--image-max-pixels 12845056` keeps
+it at full size) chat, streaming and not, at concurrency 1 (latency, 2 s) and 32 (throughput,
+4 s). The order of the targets rotates from case to case and from round to round so that load from
 elsewhere on the machine does not favour one of them; with three rounds (the default) the
 tables show each target's best round (most req/s), since outside load only ever slows a
 run down, and the median CPU per request.
