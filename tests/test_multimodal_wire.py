@@ -1,4 +1,5 @@
-"""Our wire encoding read back by the worker's decoder; bfloat16 rounding as torch does it."""
+"""Our wire encoding read back by the worker's decoder, its serialized pieces equal to the message
+form; bfloat16 rounding as torch does it."""
 
 from __future__ import annotations
 
