@@ -16,7 +16,6 @@ import pytest
 from gateway.pool import PoolOptions, WorkerPool
 from protos import vllm_engine_pb2 as pb
 from tests.conftest import _worker
-from tests.fake_worker import FakeWorker
 from tests.gateway_process import GatewayProcess
 
 
@@ -101,6 +100,7 @@ class Stream:
         self.started = threading.Event()
         self.events: list[str] = []
         self.status = 0
+        self.error_body = ""
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -108,6 +108,8 @@ class Stream:
     def _run(self) -> None:
         with httpx.stream("POST", self.url, json=self.body, timeout=120) as reply:
             self.status = reply.status_code
+            if self.status != 200:
+                self.error_body = reply.read().decode()
             for line in reply.iter_lines():
                 if line.startswith("data: "):
                     self.events.append(line[6:])
@@ -257,40 +259,47 @@ def test_worker_dns_through_the_system_resolver(text_model, text_worker, tmp_pat
         gateway.stop()
 
 
-def test_over_limit_load_is_refused_fast(text_model, tmp_path):
-    """Admission is the gateway's own: a worker whose generations surely outlast the test (a
-    fake one, 0.25 s per token) keeps the two slots busy however fast the machine is."""
-    worker = FakeWorker(text_model, list(range(300, 340)), delay=0.25)
+def test_over_limit_load_is_refused_fast(text_model, text_worker, tmp_path):
+    """Admission is the gateway's own. Two streams fill the two slots on a real worker, which
+    is then frozen (SIGSTOP) so they stay in flight however fast the engine is; two more wait
+    in the queue, the fifth is refused at once, and the queued ones give up after 5 s."""
     limits = ["--max-in-flight", "2", "--max-queue", "2", "--queue-timeout", "5"]
-    gateway = start_gateway(text_model, [worker.address], tmp_path, *limits)
+    flags = [*limits, "--health-interval", "60"]
+    gateway = start_gateway(text_model, [text_worker.address], tmp_path, *flags)
+    running = [Stream(gateway, max_tokens=990) for _ in range(2)]
     try:
-        running = [Stream(gateway, max_tokens=900) for _ in range(2)]
         for stream in running:
             assert stream.started.wait(60)
+        text_worker.freeze()
         queued = [Stream(gateway) for _ in range(2)]
         deadline = time.monotonic() + 10
         while "mmgate_queue_depth 2.0" not in httpx.get(f"{gateway.base_url}/metrics").text:
             assert time.monotonic() < deadline, "the two requests never queued"
             time.sleep(0.05)
+        started = time.monotonic()
         refused = httpx.post(
             f"{gateway.base_url}/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "x"}]},
             timeout=10,
         )
+        assert time.monotonic() - started < 1.0  # not queued behind the others
         # refused at once: the queued ones are still waiting out their 5 s
         assert refused.status_code == 429 and [s.status for s in queued] == [0, 0]
         assert "capacity" in refused.json()["error"]["message"]
         for stream in queued:
             stream.thread.join(20)
             assert stream.status == 503  # waited their 5 s, then gave up
+        assert "no capacity within 5 s" in stream.error_body, stream.error_body
         metrics = httpx.get(f"{gateway.base_url}/metrics").text
         assert 'mmgate_rejected_requests_total{reason="queue_full"} 1.0' in metrics
         assert 'mmgate_rejected_requests_total{reason="timeout"} 2.0' in metrics
+    finally:
+        text_worker.thaw()
         for stream in running:
             stream.stop.set()
-    finally:
+        for stream in running:  # cut at their next token: the worker aborts them
+            stream.thread.join(60)
         gateway.stop()
-        worker.stop()
 
 
 def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tmp_path):
