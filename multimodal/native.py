@@ -81,16 +81,39 @@ def axis_argument(n_in: int, n_out: int, method: str) -> AxisArgument | None:
     return (*arrays, stride, aw.precision)
 
 
-def resize(image: np.ndarray, height: int, width: int, method: str) -> np.ndarray:
-    """An HxWxC uint8 image resized to height x width, as torchvision does."""
-    image = np.ascontiguousarray(image)
+def resize(
+    image: np.ndarray,
+    height: int,
+    width: int,
+    method: str,
+    crop: tuple[int, int, int, int] | None = None,
+) -> np.ndarray:
+    """An HxWxC uint8 image resized to height x width, as torchvision does; with `crop` (top,
+    left, height, width), only that window of it."""
+    top, left, out_h, out_w = crop or (0, 0, height, width)
     h_in, w_in, channels = image.shape
-    out = np.empty((height, width, channels), np.uint8)
+    width_axis = _window(axis_argument(w_in, width, method), left, out_w)
+    height_axis = _window(axis_argument(h_in, height, method), top, out_h)
+    # An axis that keeps its size has no weights: its window is cut from the input instead.
+    if h_in == height:
+        image, h_in = image[top : top + out_h], out_h
+    if w_in == width:
+        image, w_in = image[:, left : left + out_w], out_w
+    image = np.ascontiguousarray(image)
+    out = np.empty((out_h, out_w, channels), np.uint8)
     _kernels.resize(
-        image, h_in, w_in, channels, out, height, width,
-        axis_argument(w_in, width, method), axis_argument(h_in, height, method),
+        image, h_in, w_in, channels, out, out_h, out_w, width_axis, height_axis
     )  # fmt: skip
     return out
+
+
+def _window(axis: AxisArgument | None, first: int, count: int) -> AxisArgument | None:
+    """The weights of outputs first .. first + count - 1 of an axis."""
+    if axis is None or (first == 0 and count == len(axis[0])):
+        return axis
+    starts, sizes, weights, stride, precision = axis
+    end = first + count
+    return starts[first:end], sizes[first:end], weights[first:end], stride, precision
 
 
 class OutputPool:

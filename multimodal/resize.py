@@ -29,10 +29,14 @@ from multimodal import native
 from multimodal.resize_numpy import resize_numpy
 from multimodal.resize_weights import METHODS, AxisWeights, axis_weights
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "AxisWeights", "axis_weights", "resize"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "AxisWeights", "Crop", "axis_weights", "resize"]
 
 BACKENDS = ("native", "numpy") if native.AVAILABLE else ("numpy",)
 DEFAULT_BACKEND = BACKENDS[0]
+
+
+# A window of the resized image: top, left, height, width.
+Crop = tuple[int, int, int, int]
 
 
 def resize(
@@ -41,13 +45,31 @@ def resize(
     width: int,
     method: str = "bicubic",
     backend: str = DEFAULT_BACKEND,
+    crop: Crop | None = None,
 ) -> np.ndarray:
     """Resize an HxWxC (or HxW) uint8 image exactly like torchvision does on CPU.
 
     Equivalent to ``torchvision.transforms.v2.functional.resize(torch.from_numpy(image)
     .permute(2, 0, 1), [height, width], interpolation, antialias=True)`` transposed back to
     HxWxC; ``method`` is "bicubic" or "bilinear"; ``backend`` one of ``BACKENDS``.
+
+    With ``crop``, only that window of the resized image: the same pixels as slicing the whole
+    result, but the native kernels compute no pixel outside it (each output pixel depends on its
+    own weights alone). A window the size of the input's may be a view of it.
     """
+    _check(image, height, width, method, backend)
+    if crop is not None:
+        return _resize_window(image, height, width, method, backend, crop)
+    if image.ndim == 2:
+        return resize(image[:, :, None], height, width, method, backend)[:, :, 0]
+    if image.shape[:2] == (height, width):
+        return image.copy()
+    if backend == "native":
+        return native.resize(image, height, width, method)
+    return resize_numpy(image, height, width, method)
+
+
+def _check(image: np.ndarray, height: int, width: int, method: str, backend: str) -> None:
     if method not in METHODS:
         raise ValueError(f"unsupported resize method {method!r}; use one of {list(METHODS)}")
     if backend not in BACKENDS:
@@ -56,10 +78,19 @@ def resize(
         raise ValueError(f"expected an HxW or HxWxC uint8 array, got {image.dtype} {image.shape}")
     if height < 1 or width < 1 or 0 in image.shape:
         raise ValueError(f"cannot resize {image.shape[:2]} to {(height, width)}")
-    if image.ndim == 2:
-        return resize(image[:, :, None], height, width, method, backend)[:, :, 0]
-    if image.shape[:2] == (height, width):
-        return image.copy()
-    if backend == "native":
-        return native.resize(image, height, width, method)
-    return resize_numpy(image, height, width, method)
+
+
+def _resize_window(
+    image: np.ndarray, height: int, width: int, method: str, backend: str, crop: Crop
+) -> np.ndarray:
+    top, left, crop_h, crop_w = crop
+    inside = 0 <= top <= height - crop_h and 0 <= left <= width - crop_w
+    if not (crop_h > 0 and crop_w > 0 and inside):
+        raise ValueError(f"crop {crop} is not inside {(height, width)}")
+    if image.ndim == 3 and image.shape[:2] == (height, width):
+        return image[top : top + crop_h, left : left + crop_w]
+    if backend != "native" or image.ndim != 3:
+        return resize(image, height, width, method, backend)[
+            top : top + crop_h, left : left + crop_w
+        ]
+    return native.resize(image, height, width, method, crop)

@@ -220,3 +220,36 @@ def test_rejects_bad_input(image, size, method, backend):
 def test_rejects_unknown_backend():
     with pytest.raises(ValueError, match="not available"):
         resize(noise(4, 4), 2, 2, backend="opencv")
+
+
+# A window of the resized image (LLaVA's center crop): the pixels of slicing torchvision's whole
+# result. The native kernels compute only the window's outputs, from sliced weights; an axis
+# that keeps its size is cut from the input instead.
+WINDOWS = [
+    ((1080, 1920), (336, 597), (0, 130, 336, 336)),  # CLIP: shortest edge 336, center crop
+    ((1920, 1080), (597, 336), (130, 0, 336, 336)),  # the same, portrait
+    ((960, 1280), (336, 448), (0, 56, 336, 336)),
+    ((2160, 3840), (336, 597), (0, 130, 336, 336)),  # 6-11x: many taps per output
+    ((480, 640), (476, 644), (3, 5, 400, 600)),  # near 1:1, both axes cropped
+    ((336, 900), (336, 700), (0, 182, 336, 336)),  # height unchanged: rows cut from the input
+    ((500, 336), (300, 336), (10, 17, 280, 300)),  # width unchanged: columns cut from the input
+    ((64, 48), (64, 48), (8, 4, 40, 40)),  # no resize at all
+    ((50, 70), (20, 30), (19, 29, 1, 1)),  # one pixel, at the corner
+    ((9, 1000), (5, 455), (1, 16, 3, 33)),  # a window not aligned to 16-pixel groups
+]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("src", "dst", "crop"), WINDOWS)
+def test_window_of_the_resize(src, dst, crop, method, backend):
+    image = noise(*src, seed=sum(src) + sum(crop))
+    top, left, h, w = crop
+    ours = resize(image, *dst, method, backend, crop=crop)
+    whole = torchvision_resize(image, *dst, method)
+    np.testing.assert_array_equal(ours, whole[top : top + h, left : left + w])
+
+
+@pytest.mark.parametrize("crop", [(0, 0, 0, 5), (0, 0, 5, -1), (-1, 0, 5, 5), (0, 2, 5, 9)])
+def test_window_must_lie_inside(crop, backend):
+    with pytest.raises(ValueError, match="not inside"):
+        resize(noise(20, 20), 10, 10, backend=backend, crop=crop)

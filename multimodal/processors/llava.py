@@ -233,15 +233,20 @@ class PixelPipeline:
 
     def resize_and_crop(self, image: np.ndarray) -> np.ndarray:
         s = self.settings
-        if s.do_resize:
-            if s.shortest_edge is not None:
-                height, width = shortest_edge_size(image.shape[0], image.shape[1], s.shortest_edge)
-            else:
-                height, width = s.resize_hw
-            image = resize_to(image, height, width, s.method)
-        if s.crop_hw is not None:
-            image = center_crop(image, *s.crop_hw)
-        return image
+        if not s.do_resize:
+            return image if s.crop_hw is None else center_crop(image, *s.crop_hw)
+        if s.shortest_edge is not None:
+            height, width = shortest_edge_size(image.shape[0], image.shape[1], s.shortest_edge)
+        else:
+            height, width = s.resize_hw
+        if s.crop_hw is None:
+            return resize_to(image, height, width, s.method)
+        crop_h, crop_w = s.crop_hw
+        if crop_h > height or crop_w > width:  # the crop pads the resized image
+            return center_crop(resize_to(image, height, width, s.method), crop_h, crop_w)
+        # center_crop's window, and only it resized (the same pixels, less work)
+        top, left = int((height - crop_h) / 2.0), int((width - crop_w) / 2.0)
+        return resize(image, height, width, s.method, crop=(top, left, crop_h, crop_w))
 
     def out_dtype(self, raw_pixels: bool) -> type:
         """What `finish` returns: float32 unless raw or neither rescaled nor normalized."""
