@@ -13,7 +13,7 @@ import sys
 from setuptools import Extension, setup
 
 NATIVE = "multimodal/_native"
-SOURCES = ["module", "cpu", "resample", "qwen_patches"]
+SOURCES = ["module", "cpu", "resample", "qwen_patches", "chw"]
 COMPILE_ARGS = [] if sys.platform == "win32" else ["-O3", "-std=c11", "-Wall", "-Wextra"]
 
 setup(

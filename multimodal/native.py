@@ -116,6 +116,17 @@ def _window(axis: AxisArgument | None, first: int, count: int) -> AxisArgument |
     return starts[first:end], sizes[first:end], weights[first:end], stride, precision
 
 
+def chw(image: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """An HxWx3 uint8 image as 3 channel planes (3xHxW), into `out` when given. The image may
+    be a crop's view: rows any distance apart (downwards), as long as its pixels are packed."""
+    if image.strides[1:] != (3, 1) or image.strides[0] < 3 * image.shape[1]:
+        image = np.ascontiguousarray(image)
+    if out is None:
+        out = np.empty((3, *image.shape[:2]), np.uint8)
+    _kernels.chw(image, out)
+    return out
+
+
 class OutputPool:
     """Big output arrays on memory that earlier outputs, since let go of, used.
 

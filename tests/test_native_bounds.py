@@ -50,6 +50,9 @@ for level in [lv for lv in native.LEVELS if native.level_supported(lv)]:
                 for h_out, w_out in ((28, 28), (56, 84)):
                     native.qwen_patches(image, h_out, w_out, 14, 2, 2, None)
                     cases += 1
+        for h, w in itertools.product((1, 3), (5, 63, 64, 65, 128, 130)):  # 64-pixel steps
+            native.chw(before_guard_page(h, w, 3, cases))
+            cases += 1
 print(cases)
 """
 

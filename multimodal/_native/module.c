@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "chw.h"
 #include "cpu.h"
 #include "qwen_patches.h"
 #include "resample.h"
@@ -196,6 +197,43 @@ out:
     Py_RETURN_NONE;
 }
 
+/* ---- HWC to CHW ---------------------------------------------------------------------------- */
+
+static PyObject *py_chw(PyObject *self, PyObject *args)
+{
+    PyObject *src_obj;
+    Py_buffer src = {0}, dst;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Ow*", &src_obj, &dst))
+        return NULL;
+    /* the source may be a strided view (a crop): rows any distance apart, pixels packed */
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_RECORDS_RO)) {
+        PyBuffer_Release(&dst);
+        return NULL;
+    }
+    const int ok = src.ndim == 3 && src.itemsize == 1 && src.shape[2] == 3 &&
+                   src.strides[2] == 1 && src.strides[1] == 3 && src.shape[0] > 0 &&
+                   src.shape[1] > 0 && src.shape[0] <= INT_MAX && src.shape[1] <= INT_MAX &&
+                   src.strides[0] >= 3 * src.shape[1] &&
+                   dst.len == src.shape[0] * src.shape[1] * 3;
+    if (!ok)
+        PyErr_SetString(PyExc_ValueError,
+                        "chw takes an HxWx3 uint8 array with packed pixels and an HxWx3-byte "
+                        "output");
+    else {
+        const int h = (int)src.shape[0], w = (int)src.shape[1];
+        const size_t stride = (size_t)src.strides[0];
+        Py_BEGIN_ALLOW_THREADS
+        chw_planes(src.buf, h, w, stride, dst.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_kernels(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -226,6 +264,8 @@ static PyMethodDef methods[] = {
     {"qwen_patches", py_qwen_patches, METH_VARARGS,
      "qwen_patches(src, h_in, w_in, dst, h_out, w_out, width_axis, height_axis, patch, merge, "
      "temporal, normalize)"},
+    {"chw", py_chw, METH_VARARGS,
+     "chw(src, dst): an HxWx3 uint8 array (rows may be strided) to 3 planes of HxW bytes"},
     {"kernels", py_kernels, METH_NOARGS, "The kernels in use: 'avx512', 'avx2' or 'generic'."},
     {"use_kernels", py_use_kernels, METH_VARARGS,
      "use_kernels('generic' | 'avx2' | 'avx512'): use kernels up to that level (tests only, not "

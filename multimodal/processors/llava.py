@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from multimodal import native
 from multimodal.processors.base import (
     ImageProcessor,
     ModelFiles,
@@ -263,12 +264,12 @@ class PixelPipeline:
         operations per element, far fewer (and longer) inner loops.
         """
         s = self.settings
-        chw = image.transpose(2, 0, 1)
         if out is None:
-            out = np.empty(chw.shape, self.out_dtype(raw_pixels))
+            out = np.empty((image.shape[2], *image.shape[:2]), self.out_dtype(raw_pixels))
         if self.out_dtype(raw_pixels) is np.uint8:
-            out[...] = chw
-        elif s.do_normalize:
+            return _planes(image, out)
+        chw = _planes(image)  # contiguous planes: the float math below runs twice as fast
+        if s.do_normalize:
             np.subtract(chw, self._mean[:, None, None], out=out, dtype=np.float32)
             np.divide(out, self._std[:, None, None], out=out)
         else:
@@ -284,6 +285,16 @@ class PixelPipeline:
         left, top = (side - w) // 2, (side - h) // 2
         fill = tuple(int(x * 255) for x in self.settings.mean)
         return pad(image, left, top, side - w - left, side - h - top, fill)
+
+
+def _planes(image: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """HWC uint8 to CHW uint8 (a transposed view when neither native nor asked for a copy)."""
+    if native.AVAILABLE and image.ndim == 3 and image.shape[2] == 3:
+        return native.chw(image, out)
+    if out is None:
+        return image.transpose(2, 0, 1)
+    out[...] = image.transpose(2, 0, 1)
+    return out
 
 
 class LlavaProcessor(ImageProcessor):

@@ -1,0 +1,79 @@
+"""multimodal.native.chw: HWC uint8 to channel planes, exactly numpy's transpose, at every
+kernel level (AVX-512 64 pixels a step, else byte by byte), for crops' strided views too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from multimodal import native
+from tests import resize_backends
+
+pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="native kernels not built")
+
+
+@pytest.fixture(params=[n for n in resize_backends.NAMES if n != "numpy"])
+def level(request):
+    with resize_backends.using(request.param):
+        yield request.param
+
+
+def image(height: int, width: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), np.uint8)
+
+
+@pytest.mark.parametrize("width", [1, 5, 63, 64, 65, 127, 128, 336, 337])
+def test_planes_are_the_transpose(width, level):
+    pixels = image(7, width, seed=width)
+    np.testing.assert_array_equal(native.chw(pixels), pixels.transpose(2, 0, 1))
+
+
+def test_a_crop_of_a_larger_image(level):
+    canvas = image(700, 1000)
+    crop = canvas[3:339, 5:341]  # rows 3000 bytes apart, as LLaVA-NeXT's tiles
+    out = np.full((3, 336, 336), 7, np.uint8)
+    assert native.chw(crop, out) is out
+    np.testing.assert_array_equal(out, crop.transpose(2, 0, 1))
+    assert np.array_equal(canvas[3:339, 5:341], crop)  # the source is not written
+
+
+def test_views_with_unpacked_pixels_are_copied_first(level):
+    pixels = image(9, 70)
+    for view in (pixels[:, :, ::-1], pixels[:, ::2], pixels[::-1]):
+        np.testing.assert_array_equal(native.chw(view), view.transpose(2, 0, 1))
+
+
+@pytest.mark.parametrize(
+    ("src", "out"),
+    [
+        (np.zeros((4, 4, 2), np.uint8), np.zeros((2, 4, 4), np.uint8)),
+        (np.zeros((4, 4, 3), np.float32), np.zeros((3, 4, 4), np.float32)),
+        (np.zeros((4, 4, 3), np.uint8), np.zeros((3, 4, 5), np.uint8)),
+        (np.zeros((0, 4, 3), np.uint8), np.zeros((3, 0, 4), np.uint8)),
+    ],
+)
+def test_rejects_what_is_not_an_rgb_image(src, out):
+    with pytest.raises(ValueError):
+        native._kernels.chw(src, out)
+
+
+def test_llava_finish_is_the_same_without_the_kernels(monkeypatch):
+    """LLaVA's last step, CHW uint8 or normalized float32, with and without native.chw."""
+    from multimodal.processors import llava
+
+    settings = llava.pixel_settings(
+        {
+            "size": {"shortest_edge": 336},
+            "crop_size": {"height": 336, "width": 336},
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711],
+        }
+    )
+    pipeline = llava.PixelPipeline(settings)
+    crop = image(400, 500)[20:356, 30:366]
+    with_kernels = [pipeline.finish(crop, raw) for raw in (True, False)]
+    monkeypatch.setattr(llava.native, "AVAILABLE", False)
+    without = [pipeline.finish(crop, raw) for raw in (True, False)]
+    for ours, numpy_only in zip(with_kernels, without):
+        assert ours.dtype == numpy_only.dtype and ours.shape == (3, 336, 336)
+        np.testing.assert_array_equal(ours, numpy_only)
