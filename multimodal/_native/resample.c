@@ -633,6 +633,307 @@ AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *i
         h_rows2_rgb_avx512_quads_n(in0, in1, out0, out1, rp, precision, plane, ahead, 0);
 }
 
+/* ---- AVX-512 width pass for downscales beyond the 128-byte window ------------------------- */
+
+/* Downscales of more than about 2.2x (bicubic) spread a group's taps over more than the 128
+ * interleaved bytes (42 pixels) one two-source byte permutation reads from. This layout first
+ * splits the row into 3 channel planes (split_rgb_avx512), so that 128 bytes hold 128 pixels of
+ * one channel, and slides each group's window along the taps: step j reads the 128 bytes from
+ * the group's first pixel's first tap + 4 * lanes * j, so the byte indexes are the same at every
+ * step and the window only has to cover the spread of the group's first taps plus one step.
+ * Each output pixel has `lanes` 32-bit lanes (1, 2 or 4: the fewest that fit), each of 4 taps a
+ * step, so a group has 16 / lanes outputs, output i in lanes i, i + 16 / lanes, ...; fewer
+ * outputs per group spread less: 1 lane fits downscales to about 8x, 2 to about 17x, 4 to about
+ * 30x. Per step and channel: 2 loads, 1 permutation (shared indexes), 2 vpdpbusd with the
+ * weights' high and low signed-byte halves as in h_row_rgb_avx512_quads. At the end the high
+ * sums are joined to the low ones, the lanes of each output added up (folding the register in
+ * halves) and the sums rounded, shifted, saturated and stored, planar or interleaved. Plans whose
+ * weights do not all split into signed-byte halves use the AVX2 kernel. */
+typedef struct {
+    int groups;        /* groups of 16 / lanes outputs; 0: this layout is not in use */
+    int lanes;         /* 32-bit lanes per output, 4 taps each a step */
+    int scaled;        /* as in rgb512_plan: some output's multiplier is not 256 */
+    int slide;         /* 1: some group's taps reach past its window at step 0, so the windows
+                        * move along; 0: each group's window is loaded once */
+    int w_in;          /* pixels per input row */
+    int32_t *firsts;   /* groups: the pixel each group's window starts at in step 0 */
+    int32_t *steps;    /* groups: steps of 4 * lanes taps the group needs */
+    __m512i *vectors;  /* per group: the byte indexes, the multipliers if scaled, then per step
+                        * the high and the low halves of the weights (0 past an output's taps) */
+    uint8_t *planes;   /* the row being resampled as 3 planes `plane` bytes apart; windows read
+                        * up to 127 bytes past w_in (with weight 0), into the plane's padding */
+    size_t plane;
+} rgbw_plan;
+
+/* 0, or 1 if the plan does not fit (rp->groups stays 0), or -1 if memory ran out. */
+static int rgbw_plan_open(rgbw_plan *rp, const axis_plan *plan, int w_out, int w_in)
+{
+    if (w_out <= 0)
+        return 1;
+    int *multipliers = malloc(sizeof *multipliers * (size_t)w_out);
+    if (!multipliers)
+        return -1;
+    int scaled = 0;
+    for (int x = 0; x < w_out; x++) {
+        multipliers[x] = pixel_multiplier(plan, x);
+        if (!multipliers[x]) {
+            free(multipliers);
+            return 1;
+        }
+        scaled |= multipliers[x] != 256;
+    }
+    /* the fewest lanes per output with which every group's window holds its last output's
+     * first step: its first tap's pixel + 4 * lanes <= first pixel of the group + WINDOW */
+    int lanes = 0;
+    for (int l = 1; l <= 4 && !lanes; l *= 2) {
+        const int n = 16 / l;
+        int fits = 1;
+        for (int x0 = 0; x0 < w_out && fits; x0 += n) {
+            const int last = x0 + n - 1 < w_out ? x0 + n - 1 : w_out - 1;
+            fits = plan->starts[last] - plan->starts[x0] + 4 * l <= WINDOW;
+        }
+        lanes = fits ? l : 0;
+    }
+    if (!lanes) {
+        free(multipliers);
+        return 1;
+    }
+    const int n = 16 / lanes, taps = 4 * lanes; /* outputs per group, taps per step */
+    const int groups = (w_out + n - 1) / n;
+    size_t vectors = 0;
+    int slide = 0;
+    for (int x0 = 0; x0 < w_out; x0 += n) {
+        int most = 1;
+        for (int x = x0; x < x0 + n && x < w_out; x++)
+            most = plan->sizes[x] > most ? plan->sizes[x] : most;
+        const int steps = (most + taps - 1) / taps;
+        vectors += 1 + (size_t)scaled + 2 * (size_t)steps;
+        const int last = x0 + n - 1 < w_out ? x0 + n - 1 : w_out - 1;
+        slide |= plan->starts[last] - plan->starts[x0] + taps * steps > WINDOW;
+    }
+    rp->plane = ((size_t)w_in + 63) / 64 * 64 + WINDOW;
+    rp->firsts = calloc((size_t)groups, sizeof *rp->firsts);
+    rp->steps = calloc((size_t)groups, sizeof *rp->steps);
+    rp->vectors = aligned_alloc(64, vectors * 64);
+    rp->planes = aligned_alloc(64, 3 * rp->plane);
+    if (!rp->firsts || !rp->steps || !rp->vectors || !rp->planes) {
+        free(multipliers);
+        return -1;
+    }
+    memset(rp->planes, 0, 3 * rp->plane);
+    uint8_t *v = (uint8_t *)rp->vectors;
+    for (int g = 0; g < groups; g++) {
+        const int x0 = n * g;
+        int most = 1;
+        for (int x = x0; x < x0 + n && x < w_out; x++)
+            most = plan->sizes[x] > most ? plan->sizes[x] : most;
+        const int steps = (most + taps - 1) / taps;
+        rp->firsts[g] = plan->starts[x0];
+        rp->steps[g] = steps;
+        /* lane k: output x0 + k % n, its taps 4 * (k / n) .. + 3 of each step */
+        for (int k = 0; k < 16; k++) {
+            const int x = x0 + k % n;
+            const int first = (x < w_out ? plan->starts[x] - plan->starts[x0] : 0) + 4 * (k / n);
+            for (int t = 0; t < 4; t++)
+                *v++ = (uint8_t)(first + t);
+        }
+        if (scaled)
+            for (int k = 0; k < 16; k++, v += 4) {
+                const int32_t m = x0 + k % n < w_out ? multipliers[x0 + k % n] : 256;
+                memcpy(v, &m, 4);
+            }
+        for (int j = 0; j < steps; j++, v += 128) {
+            for (int k = 0; k < 16; k++)
+                for (int t = 0; t < 4; t++) {
+                    const int x = x0 + k % n, tap = taps * j + 4 * (k / n) + t;
+                    const int w = x < w_out && tap < plan->sizes[x]
+                                      ? plan->weights[(size_t)x * plan->stride + tap]
+                                      : 0;
+                    const int m = x < w_out ? multipliers[x] : 256, high = high_half(w, m);
+                    v[4 * k + t] = (uint8_t)(int8_t)high;
+                    v[64 + 4 * k + t] = (uint8_t)(int8_t)(w - m * high);
+                }
+        }
+    }
+    free(multipliers);
+    rp->w_in = w_in;
+    rp->lanes = lanes;
+    rp->scaled = scaled;
+    rp->slide = slide;
+    rp->groups = groups;
+    return 0;
+}
+
+static void rgbw_plan_close(rgbw_plan *rp)
+{
+    free(rp->firsts);
+    free(rp->steps);
+    free(rp->vectors);
+    free(rp->planes);
+}
+
+/* An interleaved RGB row of `width` pixels to 3 planes `plane` bytes apart, 64 pixels (192
+ * bytes, 3 loads) at a time: per plane a two-source byte permutation takes the bytes within the
+ * first 128, a masked one-source one the rest from the last 64 (the same indexes: 3i + c, whose
+ * low 7 bits, or 6 bits past 127, are what each reads). The last < 64 pixels are loaded masked,
+ * so nothing past the row is read, and stored whole (the planes have room past width). */
+#define THIRDS4(i) 3 * (i), 3 * (i) + 3, 3 * (i) + 6, 3 * (i) + 9
+#define THIRDS16(i) THIRDS4(i), THIRDS4(i + 4), THIRDS4(i + 8), THIRDS4(i + 12)
+static const uint8_t thirds[64] = {THIRDS16(0), THIRDS16(16), THIRDS16(32), THIRDS16(48)};
+#undef THIRDS4
+#undef THIRDS16
+
+AVX512_INLINE void split_rgb_avx512(const uint8_t *row, int width, uint8_t *out, size_t plane)
+{
+    const __m512i one = _mm512_set1_epi8(1);
+    const __m512i ir = _mm512_loadu_si512(thirds), ig = _mm512_add_epi8(ir, one),
+                  ib = _mm512_add_epi8(ig, one);
+    /* pixels whose byte is in the last 64: 3i + c >= 128 */
+    const __mmask64 past_r = ~0ULL << 43, past_g = ~0ULL << 43, past_b = ~0ULL << 42;
+    for (int x = 0; x < width; x += 64, row += 192, out += 64) {
+        __m512i a, b, c;
+        if (width - x >= 64) {
+            a = _mm512_loadu_si512(row);
+            b = _mm512_loadu_si512(row + 64);
+            c = _mm512_loadu_si512(row + 128);
+        } else {
+            const int left = 3 * (width - x); /* < 192 bytes */
+            const __mmask64 all = ~0ULL;
+            a = _mm512_maskz_loadu_epi8(left >= 64 ? all : (1ULL << left) - 1, row);
+            b = _mm512_maskz_loadu_epi8(left >= 128 ? all : left > 64 ? (1ULL << (left - 64)) - 1
+                                                                       : 0, row + 64);
+            c = _mm512_maskz_loadu_epi8(left > 128 ? (1ULL << (left - 128)) - 1 : 0, row + 128);
+        }
+        _mm512_storeu_si512(out, _mm512_mask_permutexvar_epi8(_mm512_permutex2var_epi8(a, ir, b),
+                                                               past_r, ir, c));
+        _mm512_storeu_si512(out + plane, _mm512_mask_permutexvar_epi8(
+                                             _mm512_permutex2var_epi8(a, ig, b), past_g, ig, c));
+        _mm512_storeu_si512(out + 2 * plane, _mm512_mask_permutexvar_epi8(
+                                                 _mm512_permutex2var_epi8(a, ib, b), past_b, ib, c));
+    }
+}
+
+/* The sums of an output's lanes (i, i + 16 / lanes, ...) into lane i: the register folded in
+ * halves, then quarters. */
+AVX512_INLINE __m512i fold_lanes(__m512i s, const int lanes)
+{
+    if (lanes >= 2) /* 256-bit halves swapped */
+        s = _mm512_add_epi32(s, _mm512_shuffle_i64x2(s, s, _MM_SHUFFLE(1, 0, 3, 2)));
+    if (lanes >= 4) /* 128-bit quarters swapped in pairs */
+        s = _mm512_add_epi32(s, _mm512_shuffle_i64x2(s, s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return s;
+}
+
+/* Keeps a value in a register: without it the compiler reloads the weights for each of their 3
+ * uses (as memory operands), and the loads, not the arithmetic, then bound the loop. */
+#define KEEP(x) __asm__("" : "+v"(x))
+
+AVX512_INLINE void h_row_rgb_wide_n(const uint8_t *in, uint8_t *out, const rgbw_plan *rp,
+                                    int precision, size_t plane, const int lanes,
+                                    const int scaled, const int slide)
+{
+    const int n = 16 / lanes; /* outputs per group */
+    const __m512i advance = _mm512_set1_epi8((char)(4 * lanes));
+    split_rgb_avx512(in, rp->w_in, rp->planes, rp->plane);
+    const uint8_t *r = rp->planes, *gr = r + rp->plane, *b = gr + rp->plane;
+    const __m512i start = _mm512_set1_epi32(rounding(precision));
+    const __m512i zero = _mm512_setzero_si512();
+    const __m128i shift = _mm_cvtsi32_si128(precision);
+    /* interleaved output: byte 3i + c is byte i of channel c, in 128-bit lane c */
+    uint8_t order_bytes[64] = {0};
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < 3; c++)
+            order_bytes[3 * i + c] = (uint8_t)(16 * c + i);
+    const __m512i order = _mm512_loadu_si512(order_bytes);
+    const __mmask64 row_bytes = (1ULL << (3 * n)) - 1;
+    const __mmask16 plane_bytes = (__mmask16)((1u << n) - 1);
+    const __m512i *v = rp->vectors;
+    for (int g = 0; g < rp->groups; g++, out += plane ? n : 3 * n) {
+        const __m512i idx = v[0];
+        const __m512i mul = scaled ? v[1] : zero;
+        v += 1 + scaled;
+        __m512i hr = zero, hg = zero, hb = zero, sr = zero, sg = zero, sb = zero;
+        const uint8_t *at = r + rp->firsts[g];
+        if (slide) { /* the window moves along, the indexes stay */
+            for (int j = 0; j < rp->steps[g]; j++, v += 2, at += 4 * lanes) {
+                __m512i high = v[0], low = v[1];
+                KEEP(high);
+                KEEP(low);
+                __m512i p = _mm512_permutex2var_epi8(_mm512_loadu_si512(at), idx,
+                                                     _mm512_loadu_si512(at + 64));
+                hr = _mm512_dpbusd_epi32(hr, p, high);
+                sr = _mm512_dpbusd_epi32(sr, p, low);
+                p = _mm512_permutex2var_epi8(_mm512_loadu_si512(at + (gr - r)), idx,
+                                             _mm512_loadu_si512(at + (gr - r) + 64));
+                hg = _mm512_dpbusd_epi32(hg, p, high);
+                sg = _mm512_dpbusd_epi32(sg, p, low);
+                p = _mm512_permutex2var_epi8(_mm512_loadu_si512(at + (b - r)), idx,
+                                             _mm512_loadu_si512(at + (b - r) + 64));
+                hb = _mm512_dpbusd_epi32(hb, p, high);
+                sb = _mm512_dpbusd_epi32(sb, p, low);
+            }
+        } else { /* the window holds every step: loaded once, the indexes move along */
+            const __m512i rlo = _mm512_loadu_si512(at), rhi = _mm512_loadu_si512(at + 64);
+            const __m512i glo = _mm512_loadu_si512(at + (gr - r)),
+                          ghi = _mm512_loadu_si512(at + (gr - r) + 64);
+            const __m512i blo = _mm512_loadu_si512(at + (b - r)),
+                          bhi = _mm512_loadu_si512(at + (b - r) + 64);
+            __m512i i = idx;
+            for (int j = 0; j < rp->steps[g]; j++, v += 2, i = _mm512_add_epi8(i, advance)) {
+                __m512i high = v[0], low = v[1];
+                KEEP(high);
+                KEEP(low);
+                __m512i p = _mm512_permutex2var_epi8(rlo, i, rhi);
+                hr = _mm512_dpbusd_epi32(hr, p, high);
+                sr = _mm512_dpbusd_epi32(sr, p, low);
+                p = _mm512_permutex2var_epi8(glo, i, ghi);
+                hg = _mm512_dpbusd_epi32(hg, p, high);
+                sg = _mm512_dpbusd_epi32(sg, p, low);
+                p = _mm512_permutex2var_epi8(blo, i, bhi);
+                hb = _mm512_dpbusd_epi32(hb, p, high);
+                sb = _mm512_dpbusd_epi32(sb, p, low);
+            }
+        }
+#define FINISH(h, s)                                                                         \
+    _mm512_cvtusepi32_epi8(_mm512_max_epi32(                                                 \
+        _mm512_sra_epi32(_mm512_add_epi32(                                                   \
+                             fold_lanes(_mm512_add_epi32(s, join_high(h, mul, scaled)), lanes), \
+                             start),                                                          \
+                         shift),                                                              \
+        zero))
+        const __m128i br = FINISH(hr, sr), bg = FINISH(hg, sg), bb = FINISH(hb, sb);
+#undef FINISH
+        if (plane) {
+            _mm_mask_storeu_epi8(out, plane_bytes, br);
+            _mm_mask_storeu_epi8(out + plane, plane_bytes, bg);
+            _mm_mask_storeu_epi8(out + 2 * plane, plane_bytes, bb);
+        } else {
+            const __m512i all = _mm512_inserti32x4(
+                _mm512_inserti32x4(_mm512_castsi128_si512(br), bg, 1), bb, 2);
+            _mm512_mask_storeu_epi8(out, row_bytes, _mm512_permutexvar_epi8(order, all));
+        }
+    }
+}
+
+AVX512 static void h_row_rgb_wide(const uint8_t *in, uint8_t *out, const rgbw_plan *rp,
+                                  int precision, size_t plane)
+{
+#define CASE(l)                                                                         \
+    if (rp->lanes == (l)) {                                                             \
+        if (rp->scaled)                                                                 \
+            h_row_rgb_wide_n(in, out, rp, precision, plane, l, 1, rp->slide);           \
+        else if (rp->slide)                                                             \
+            h_row_rgb_wide_n(in, out, rp, precision, plane, l, 0, 1);                   \
+        else                                                                            \
+            h_row_rgb_wide_n(in, out, rp, precision, plane, l, 0, 0);                   \
+        return;                                                                         \
+    }
+    CASE(1)
+    CASE(2)
+    CASE(4)
+#undef CASE
+}
+
 /* The height pass as v_row_avx2, 64 bytes at a time, the last < 64 loaded and stored masked.
  * Inlined with a constant n for the common tap counts: the loop over taps unrolled, its row
  * pointers and weight pairs kept in registers. */
@@ -744,6 +1045,7 @@ typedef struct {
 #ifdef MMGATE_X86
     rgb_plan rgb;              /* the AVX2 layout of `plan`, when rgb.weights is set */
     rgb512_plan rgb512;        /* the AVX-512 layout of `plan`, when rgb512.groups > 0 */
+    rgbw_plan rgbw;            /* else its wide AVX-512 layout, when rgbw.groups > 0 */
 #endif
 } width_pass;
 
@@ -769,6 +1071,11 @@ static void width_pass_row(width_pass *wp, int r)
     if (wp->rgb512.groups) {
         (wp->rgb512.quads ? h_row_rgb_avx512_quads : h_row_rgb_avx512)(
             input_row(wp, r), ring_row(wp, r), &wp->rgb512, wp->plan->precision, wp->plane);
+        return;
+    }
+    if (wp->rgbw.groups) {
+        h_row_rgb_wide(input_row(wp, r), ring_row(wp, r), &wp->rgbw, wp->plan->precision,
+                       wp->plane);
         return;
     }
 #endif
@@ -844,13 +1151,17 @@ static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_i
         fits = rgb512_plan_open(&wp->rgb512, plan, w_out, wp->in_row);
         if (fits < 0)
             return -1;
+        if (fits) /* downscales beyond its window */
+            fits = rgbw_plan_open(&wp->rgbw, plan, w_out, w_in);
+        if (fits < 0)
+            return -1;
     }
     if (fits && cpu_has_avx2() && channels == 3) {
         if (rgb_plan_open(&wp->rgb, plan, w_out))
             return -1;
         overread = rgb_overread(plan);
     }
-    const int planar_kernel = wp->rgb512.groups > 0;
+    const int planar_kernel = wp->rgb512.groups > 0 || wp->rgbw.groups > 0;
 #else
     const int planar_kernel = 0;
 #endif
@@ -877,6 +1188,7 @@ static void width_pass_close(width_pass *wp)
 #ifdef MMGATE_X86
     rgb_plan_close(&wp->rgb);
     rgb512_plan_close(&wp->rgb512);
+    rgbw_plan_close(&wp->rgbw);
 #endif
     free(wp->ring);
     free(wp->scratch);
