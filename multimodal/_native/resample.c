@@ -673,9 +673,13 @@ static int rgbw_plan_open(rgbw_plan *rp, const axis_plan *plan, int w_out, int w
     int *multipliers = malloc(sizeof *multipliers * (size_t)w_out);
     if (!multipliers)
         return -1;
-    int scaled = 0;
+    /* nearly always every weight splits by 256 (one branchless pass, as in rgb512_plan_open);
+     * else each output its own multiplier */
+    int all256 = 1, scaled = 0;
+    for (size_t i = 0; i < (size_t)w_out * plan->stride; i++)
+        all256 &= splits(plan->weights[i]);
     for (int x = 0; x < w_out; x++) {
-        multipliers[x] = pixel_multiplier(plan, x);
+        multipliers[x] = all256 ? 256 : pixel_multiplier(plan, x);
         if (!multipliers[x]) {
             free(multipliers);
             return 1;
@@ -848,7 +852,8 @@ AVX512_INLINE void h_row_rgb_wide_n(const uint8_t *in, uint8_t *out, const rgbw_
     const __m512i advance = _mm512_set1_epi8((char)(4 * lanes));
     split_rgb_avx512(in, rp->w_in, rp->planes, rp->plane, ahead);
     const uint8_t *r = rp->planes, *gr = r + rp->plane, *b = gr + rp->plane;
-    const __m512i start = _mm512_set1_epi32(rounding(precision));
+    /* the rounding term, in each output's first lane only (the lanes are added up at the end) */
+    const __m512i start = _mm512_maskz_set1_epi32((__mmask16)((1u << n) - 1), rounding(precision));
     const __m512i zero = _mm512_setzero_si512();
     const __m128i shift = _mm_cvtsi32_si128(precision);
     /* interleaved output: byte 3i + c is byte i of channel c, in 128-bit lane c */
@@ -865,7 +870,7 @@ AVX512_INLINE void h_row_rgb_wide_n(const uint8_t *in, uint8_t *out, const rgbw_
         const __m512i idx = v[0];
         const __m512i mul = scaled ? v[1] : zero;
         v += 1 + scaled;
-        __m512i hr = zero, hg = zero, hb = zero, sr = zero, sg = zero, sb = zero;
+        __m512i hr = zero, hg = zero, hb = zero, sr = start, sg = start, sb = start;
         const uint8_t *at = r + rp->firsts[g];
         if (slide) { /* the window moves along, the indexes stay */
             for (int j = 0; j < rp->steps[g]; j++, v += 2, at += 4 * lanes) {
@@ -907,12 +912,9 @@ AVX512_INLINE void h_row_rgb_wide_n(const uint8_t *in, uint8_t *out, const rgbw_
                 DPBUSD(sb, p, low);
             }
         }
-        /* the high sums joined, each output's lanes added up, rounded and shifted */
+        /* the high sums joined, each output's lanes added up, shifted */
 #define FINISH(h, s)                                                                      \
-    _mm512_sra_epi32(                                                                     \
-        _mm512_add_epi32(fold_lanes(_mm512_add_epi32(s, join_high(h, mul, scaled)), lanes), \
-                         start),                                                          \
-        shift)
+    _mm512_sra_epi32(fold_lanes(_mm512_add_epi32(s, join_high(h, mul, scaled)), lanes), shift)
         sr = FINISH(hr, sr);
         sg = FINISH(hg, sg);
         sb = FINISH(hb, sb);
