@@ -262,6 +262,8 @@ static int splits(int w)
 static int high_half(int w, int m)
 {
     const int a = w + 128;
+    if (m == 256) /* nearly always: divisions by a constant, i.e. shifts */
+        return a >= 0 ? a / 256 : -((-a + 255) / 256);
     return a >= 0 ? a / m : -((-a + m - 1) / m);
 }
 
