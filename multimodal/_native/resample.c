@@ -219,6 +219,53 @@ AVX2 static void v_row_avx2(const uint8_t *const *rows, int n, const int16_t *w,
     }
 }
 
+/* split_rgb 16 pixels (48 bytes, 3 loads) at a time: each plane's 16 bytes are 3 byte shuffles
+ * of the loads, or-ed (bytes a shuffle does not take are zeroed by index -1); the last < 16
+ * pixels as split_rgb. */
+#define SPLIT_AT(c, s, i) (3 * (i) + (c) - 16 * (s) >= 0 && 3 * (i) + (c) - 16 * (s) < 16 \
+                               ? 3 * (i) + (c) - 16 * (s)                             \
+                               : -1)
+#define SPLIT_MASK(c, s)                                                                       \
+    {SPLIT_AT(c, s, 0), SPLIT_AT(c, s, 1), SPLIT_AT(c, s, 2), SPLIT_AT(c, s, 3),                \
+     SPLIT_AT(c, s, 4), SPLIT_AT(c, s, 5), SPLIT_AT(c, s, 6), SPLIT_AT(c, s, 7),                \
+     SPLIT_AT(c, s, 8), SPLIT_AT(c, s, 9), SPLIT_AT(c, s, 10), SPLIT_AT(c, s, 11),              \
+     SPLIT_AT(c, s, 12), SPLIT_AT(c, s, 13), SPLIT_AT(c, s, 14), SPLIT_AT(c, s, 15)}
+/* [channel][load]: where each of the plane's 16 bytes is in that load */
+static const int8_t split_masks[3][3][16] = {
+    {SPLIT_MASK(0, 0), SPLIT_MASK(0, 1), SPLIT_MASK(0, 2)},
+    {SPLIT_MASK(1, 0), SPLIT_MASK(1, 1), SPLIT_MASK(1, 2)},
+    {SPLIT_MASK(2, 0), SPLIT_MASK(2, 1), SPLIT_MASK(2, 2)},
+};
+#undef SPLIT_AT
+#undef SPLIT_MASK
+
+AVX2 static void split_rgb_avx2(const uint8_t *row, int width, uint8_t *out, size_t plane)
+{
+    __m128i m[3][3];
+    for (int c = 0; c < 3; c++)
+        for (int s = 0; s < 3; s++)
+            m[c][s] = _mm_loadu_si128((const __m128i *)split_masks[c][s]);
+    int x = 0;
+    for (; x + 16 <= width; x += 16) {
+        const __m128i a = _mm_loadu_si128((const __m128i *)(row + 3 * x));
+        const __m128i b = _mm_loadu_si128((const __m128i *)(row + 3 * x + 16));
+        const __m128i c = _mm_loadu_si128((const __m128i *)(row + 3 * x + 32));
+        for (int ch = 0; ch < 3; ch++)
+            _mm_storeu_si128((__m128i *)(out + ch * plane + x),
+                             _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, m[ch][0]),
+                                                       _mm_shuffle_epi8(b, m[ch][1])),
+                                          _mm_shuffle_epi8(c, m[ch][2])));
+    }
+    if (x < width) {
+        uint8_t *r = out + x, *g = out + plane + x, *b = out + 2 * plane + x;
+        for (; x < width; x++, r++, g++, b++) {
+            *r = row[3 * x];
+            *g = row[3 * x + 1];
+            *b = row[3 * x + 2];
+        }
+    }
+}
+
 /* ---- AVX-512 kernels (F, BW, VL, VBMI, VNNI) ---------------------------------------------- */
 
 /* The width pass of 3-channel rows, re-laid for AVX-512: output pixels in groups of 16, their
@@ -781,8 +828,9 @@ static void rgbw_plan_close(rgbw_plan *rp)
 /* An interleaved RGB row of `width` pixels to 3 planes `plane` bytes apart, 64 pixels (192
  * bytes, 3 loads) at a time: per plane a two-source byte permutation takes the bytes within the
  * first 128, a masked one-source one the rest from the last 64 (the same indexes: 3i + c, whose
- * low 7 bits, or 6 bits past 127, are what each reads). The last < 64 pixels are loaded masked,
- * so nothing past the row is read, and stored whole (the planes have room past width). With
+ * low 7 bits, or 6 bits past 127, are what each reads). The last < 64 pixels are loaded and
+ * stored masked: nothing past the row is read, nothing past `width` written (split_rgb's
+ * contract: a plane's last bytes may be the next plane's first).
  * `ahead` (a row WIDE_PREFETCH_ROWS below, in images above PREFETCH_ABOVE bytes) its bytes are
  * prefetched meanwhile into L2: measured, 10-15% off the width pass of 3840x2160 images (the
  * hardware prefetchers alone stall it at each page); into L1, or further ahead, less. */
@@ -807,26 +855,35 @@ AVX512_INLINE void split_rgb_avx512(const uint8_t *row, int width, uint8_t *out,
             _mm_prefetch((const char *)ahead + 3 * x + 64, _MM_HINT_T1);
             _mm_prefetch((const char *)ahead + 3 * x + 128, _MM_HINT_T1);
         }
-        __m512i a, b, c;
+#define PLANE(a, b, c, i, past) \
+    _mm512_mask_permutexvar_epi8(_mm512_permutex2var_epi8(a, i, b), past, i, c)
         if (width - x >= 64) {
-            a = _mm512_loadu_si512(row);
-            b = _mm512_loadu_si512(row + 64);
-            c = _mm512_loadu_si512(row + 128);
-        } else {
-            const int left = 3 * (width - x); /* < 192 bytes */
-            const __mmask64 all = ~0ULL;
-            a = _mm512_maskz_loadu_epi8(left >= 64 ? all : (1ULL << left) - 1, row);
-            b = _mm512_maskz_loadu_epi8(left >= 128 ? all : left > 64 ? (1ULL << (left - 64)) - 1
-                                                                       : 0, row + 64);
-            c = _mm512_maskz_loadu_epi8(left > 128 ? (1ULL << (left - 128)) - 1 : 0, row + 128);
+            const __m512i a = _mm512_loadu_si512(row), b = _mm512_loadu_si512(row + 64),
+                          c = _mm512_loadu_si512(row + 128);
+            _mm512_storeu_si512(out, PLANE(a, b, c, ir, past_r));
+            _mm512_storeu_si512(out + plane, PLANE(a, b, c, ig, past_g));
+            _mm512_storeu_si512(out + 2 * plane, PLANE(a, b, c, ib, past_b));
+            continue;
         }
-        _mm512_storeu_si512(out, _mm512_mask_permutexvar_epi8(_mm512_permutex2var_epi8(a, ir, b),
-                                                               past_r, ir, c));
-        _mm512_storeu_si512(out + plane, _mm512_mask_permutexvar_epi8(
-                                             _mm512_permutex2var_epi8(a, ig, b), past_g, ig, c));
-        _mm512_storeu_si512(out + 2 * plane, _mm512_mask_permutexvar_epi8(
-                                                 _mm512_permutex2var_epi8(a, ib, b), past_b, ib, c));
+        const int left = 3 * (width - x); /* < 192 bytes */
+        const __mmask64 all = ~0ULL, pixels = (1ULL << (width - x)) - 1;
+        const __m512i a = _mm512_maskz_loadu_epi8(left >= 64 ? all : (1ULL << left) - 1, row);
+        const __m512i b = _mm512_maskz_loadu_epi8(
+            left >= 128 ? all : left > 64 ? (1ULL << (left - 64)) - 1 : 0, row + 64);
+        const __m512i c = _mm512_maskz_loadu_epi8(left > 128 ? (1ULL << (left - 128)) - 1 : 0,
+                                                  row + 128);
+        _mm512_mask_storeu_epi8(out, pixels, PLANE(a, b, c, ir, past_r));
+        _mm512_mask_storeu_epi8(out + plane, pixels, PLANE(a, b, c, ig, past_g));
+        _mm512_mask_storeu_epi8(out + 2 * plane, pixels, PLANE(a, b, c, ib, past_b));
+#undef PLANE
     }
+}
+
+/* split_rgb with AVX-512, for the rows that other kernels (or none) resample. */
+AVX512 static void split_rgb_avx512_row(const uint8_t *row, int width, uint8_t *out,
+                                        size_t plane)
+{
+    split_rgb_avx512(row, width, out, plane, NULL);
 }
 
 /* The sums of an output's lanes (i, i + 16 / lanes, ...) into lane i: the register folded in
@@ -1058,6 +1115,22 @@ static void v_row(const uint8_t *const *rows, int n, const int16_t *w, int preci
     v_row_generic(rows, n, w, precision, out, len);
 }
 
+/* split_rgb with the best kernels this CPU runs. */
+static void split_rgb_row(const uint8_t *row, int width, uint8_t *out, size_t plane)
+{
+#ifdef MMGATE_X86
+    if (cpu_has_avx512()) {
+        split_rgb_avx512_row(row, width, out, plane);
+        return;
+    }
+    if (cpu_has_avx2()) {
+        split_rgb_avx2(row, width, out, plane);
+        return;
+    }
+#endif
+    split_rgb(row, width, out, plane);
+}
+
 /* ---- the width pass, row by row on demand into a ring of rows ----------------------------- */
 
 typedef struct {
@@ -1096,7 +1169,7 @@ static uint8_t *ring_row(const width_pass *wp, int r)
 static void width_pass_row(width_pass *wp, int r)
 {
     if (!wp->plan) { /* planar rows of an image as wide as the output */
-        split_rgb(wp->src + (size_t)r * wp->in_row, wp->w_out, ring_row(wp, r), wp->plane);
+        split_rgb_row(wp->src + (size_t)r * wp->in_row, wp->w_out, ring_row(wp, r), wp->plane);
         return;
     }
 #ifdef MMGATE_X86
@@ -1123,7 +1196,7 @@ static void width_pass_row(width_pass *wp, int r)
 #endif
         h_row_generic(input_row(wp, r), out, wp->w_out, wp->channels, wp->plan);
     if (wp->plane)
-        split_rgb(out, wp->w_out, ring_row(wp, r), wp->plane);
+        split_rgb_row(out, wp->w_out, ring_row(wp, r), wp->plane);
 }
 
 #ifdef MMGATE_X86
