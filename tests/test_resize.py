@@ -155,7 +155,7 @@ def test_structured_images(src, dst, method, backend):
 
 
 # The AVX-512 width pass (3 channels) takes output pixels 16 at a time from a 128-byte window and
-# reads the row's last window masked; wider downscales (about 2.2x bicubic) take the AVX2 kernel.
+# reads the row's last window masked; wider downscales (about 2.2x bicubic) take the wide layout.
 # It goes 4 taps a step when each output's weights split into signed-byte halves (m * high +
 # low): by m = 256 for nearly all plans; weights of 32640 and up (1000 -> 999, 3840 -> 3836) by
 # each output's own m; 2 taps a step when some output's weights split by no m (655 -> 653 and
