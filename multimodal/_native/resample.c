@@ -741,17 +741,39 @@ static int rgbw_plan_open(rgbw_plan *rp, const axis_plan *plan, int w_out, int w
         }
         scaled |= multipliers[x] != 256;
     }
-    /* the fewest lanes per output with which every group's window holds its last output's
-     * first step: its first tap's pixel + 4 * lanes <= first pixel of the group + WINDOW */
-    int lanes = 0;
-    for (int l = 1; l <= 4 && !lanes; l *= 2) {
+    /* The lanes per output: of 1, 2 and 4, those with which every group's window holds its last
+     * output's first step (its first tap's pixel + 4 * lanes <= the group's first pixel +
+     * WINDOW), the one of least estimated cost, in halves of a cycle: 18 a step (3 permutations
+     * and 6 dot products), 9 more when windows move (6 more loads), and per group 28, 40 or 52
+     * to finish 1, 2 or 4 lanes. Measured, against the fewest lanes that fit: 2000 -> 270
+     * bicubic 1 lane moving 338-345 us, 2 fixed 308-310; 3000 -> 200 bicubic 2 moving 513-523,
+     * 4 fixed 479-481; and the other way round for their bilinear (fewer taps, so more of the
+     * wider steps go unused): 1 lane 166, 2 lanes 217. */
+    int lanes = 0, slide = 0;
+    long best = 0;
+    for (int l = 1; l <= 4; l *= 2) {
         const int n = 16 / l;
-        int fits = 1;
+        int fits = 1, moves = 0;
+        long steps = 0;
         for (int x0 = 0; x0 < w_out && fits; x0 += n) {
             const int last = x0 + n - 1 < w_out ? x0 + n - 1 : w_out - 1;
+            int most = 1;
+            for (int x = x0; x <= last; x++) {
+                most = plan->sizes[x] > most ? plan->sizes[x] : most;
+                /* a window loaded once must hold every tap of weight other than 0 (the indexes
+                 * of the others may wrap around it) */
+                moves |= plan->starts[x] - plan->starts[x0] + plan->sizes[x] > WINDOW;
+            }
             fits = plan->starts[last] - plan->starts[x0] + 4 * l <= WINDOW;
+            steps += (most + 4 * l - 1) / (4 * l);
         }
-        lanes = fits ? l : 0;
+        const long cost =
+            steps * (18 + 9 * moves) + (long)((w_out + n - 1) / n) * (l == 1 ? 28 : l == 2 ? 40 : 52);
+        if (fits && (!lanes || cost < best)) {
+            lanes = l;
+            slide = moves;
+            best = cost;
+        }
     }
     if (!lanes) {
         free(multipliers);
@@ -760,15 +782,11 @@ static int rgbw_plan_open(rgbw_plan *rp, const axis_plan *plan, int w_out, int w
     const int n = 16 / lanes, taps = 4 * lanes; /* outputs per group, taps per step */
     const int groups = (w_out + n - 1) / n;
     size_t vectors = 0;
-    int slide = 0;
     for (int x0 = 0; x0 < w_out; x0 += n) {
         int most = 1;
         for (int x = x0; x < x0 + n && x < w_out; x++)
             most = plan->sizes[x] > most ? plan->sizes[x] : most;
-        const int steps = (most + taps - 1) / taps;
-        vectors += 1 + (size_t)scaled + 2 * (size_t)steps;
-        const int last = x0 + n - 1 < w_out ? x0 + n - 1 : w_out - 1;
-        slide |= plan->starts[last] - plan->starts[x0] + taps * steps > WINDOW;
+        vectors += 1 + (size_t)scaled + 2 * (size_t)((most + taps - 1) / taps);
     }
     rp->plane = ((size_t)w_in + 63) / 64 * 64 + WINDOW;
     rp->firsts = calloc((size_t)groups, sizeof *rp->firsts);
