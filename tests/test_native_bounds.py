@@ -40,9 +40,11 @@ def before_guard_page(height, width, channels, seed):
 cases = 0
 for level in [lv for lv in native.LEVELS if native.level_supported(lv)]:
     with native.kernels(level):
-        for h, w, c in itertools.product((1, 2, 3, 5), (1, 2, 3, 5, 8, 13), (1, 3, 4)):
+        for h, w, c in itertools.product((1, 2, 3, 5), (1, 2, 3, 5, 8, 13, 100), (1, 3, 4)):
             image = before_guard_page(h, w, c, cases)
-            for h_out, w_out in ((h + 1, 3 * w + 1), (h * 2, max(1, w // 2)), (4, 37)):
+            # (100 -> 37 and 20: the wide AVX-512 width pass, its last pixels loaded masked)
+            sizes = ((h + 1, 3 * w + 1), (h * 2, max(1, w // 2)), (4, 37), (3, max(1, w // 5)))
+            for h_out, w_out in sizes:
                 for method in ("bicubic", "bilinear"):
                     native.resize(image, h_out, w_out, method)
                     cases += 1

@@ -49,7 +49,8 @@ def noise(height: int, width: int, seed: int = 0) -> np.ndarray:
 
 # (height, width, options): no resize, width only, height only, both, upscale, strong downscale,
 # both from an odd height (the AVX-512 width pass goes two rows at a time, the last one alone),
-# and 1009 -> 1008, whose width weights of 32640 and up split by per-output multipliers
+# 1009 -> 1008, whose width weights of 32640 and up split by per-output multipliers, and
+# 2400 -> 196 wide (12x: the wide AVX-512 width pass, 2 lanes per output, planar rows)
 CASES = [
     (224, 224, {}),
     (112, 120, {}),
@@ -59,6 +60,7 @@ CASES = [
     (1000, 700, {"max_pixels": 28 * 28 * 40}),
     (131, 97, {}),
     (57, 1009, {}),
+    (1000, 2400, {"max_pixels": 28 * 28 * 20}),
 ]
 
 

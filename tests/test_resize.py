@@ -155,18 +155,31 @@ def test_structured_images(src, dst, method, backend):
 
 
 # The AVX-512 width pass (3 channels) takes output pixels 16 at a time from a 128-byte window and
-# reads the row's last window masked; wider downscales (about 2.2x bicubic) take the AVX2 kernel.
+# reads the row's last window masked; wider downscales (about 2.2x bicubic) take the wide layout.
 # It goes 4 taps a step when each output's weights split into signed-byte halves (m * high +
 # low): by m = 256 for nearly all plans; weights of 32640 and up (1000 -> 999, 3840 -> 3836) by
 # each output's own m; 2 taps a step when some output's weights split by no m (655 -> 653 and
 # 788 -> 784 bicubic: 32666 or 32643 beside a weight of 128).
+# Wider downscales take the wide AVX-512 layout (h_row_rgb_wide): the row split into channel
+# planes, each output 1, 2 or 4 lanes of 4 taps (of those that fit, the least estimated cost),
+# each group's 128-byte window loaded once or, when its taps reach past it, moved along: 2.5x to
+# 12x (Qwen, CLIP sizes: 1 lane, 2 from 3840), moved windows with 1 lane (2000 -> 250 bilinear),
+# 2 (3000 -> 200 bilinear, 700 -> 3 bicubic) and 4 (4000 -> 130), 4 fixed (3000 -> 200 bicubic),
+# partial last groups, fewer outputs than a group, weights of 32640 and up (100 -> 11, 191 -> 21
+# bilinear; 261 -> 15 bicubic, 2 lanes moving: multipliers), 765 -> 191 bilinear (some output's
+# weights split by none: AVX2), 6000 -> 150 (beyond 4 lanes: AVX2); 129 -> 6 bicubic and
+# 138 -> 16 bilinear reach exactly to a window's end (a tap 128 pixels on with 2 lanes fixed; 1
+# lane's first steps 129 pixels on), so that an off-by-one in the layout's choice fails.
 # Widths: near 1:1 (Qwen), around that limit on both sides, partial last groups, tiny rows.
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize(
     ("w_in", "w_out"),
     [(1280, 1288), (1280, 1232), (1287, 1300), (1000, 455), (1000, 435), (1000, 400),
      (1000, 380), (100, 47), (17, 16), (16, 17), (5, 33), (42, 21), (43, 1), (1000, 999),
-     (3840, 3836), (655, 653), (788, 784)],
+     (3840, 3836), (655, 653), (788, 784),
+     (640, 252), (1000, 333), (1920, 336), (3840, 336), (2000, 250), (3000, 200), (4000, 130),
+     (300, 17), (700, 3), (130, 1), (100, 11), (191, 21), (261, 15), (765, 191), (6000, 150),
+     (129, 6), (138, 16)],
 )  # fmt: skip
 def test_width_pass_layouts(w_in, w_out, method, backend):
     for name, image in structured_images(6, w_in).items():

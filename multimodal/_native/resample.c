@@ -219,6 +219,53 @@ AVX2 static void v_row_avx2(const uint8_t *const *rows, int n, const int16_t *w,
     }
 }
 
+/* split_rgb 16 pixels (48 bytes, 3 loads) at a time: each plane's 16 bytes are 3 byte shuffles
+ * of the loads, or-ed (bytes a shuffle does not take are zeroed by index -1); the last < 16
+ * pixels as split_rgb. */
+#define SPLIT_AT(c, s, i) (3 * (i) + (c) - 16 * (s) >= 0 && 3 * (i) + (c) - 16 * (s) < 16 \
+                               ? 3 * (i) + (c) - 16 * (s)                             \
+                               : -1)
+#define SPLIT_MASK(c, s)                                                                       \
+    {SPLIT_AT(c, s, 0), SPLIT_AT(c, s, 1), SPLIT_AT(c, s, 2), SPLIT_AT(c, s, 3),                \
+     SPLIT_AT(c, s, 4), SPLIT_AT(c, s, 5), SPLIT_AT(c, s, 6), SPLIT_AT(c, s, 7),                \
+     SPLIT_AT(c, s, 8), SPLIT_AT(c, s, 9), SPLIT_AT(c, s, 10), SPLIT_AT(c, s, 11),              \
+     SPLIT_AT(c, s, 12), SPLIT_AT(c, s, 13), SPLIT_AT(c, s, 14), SPLIT_AT(c, s, 15)}
+/* [channel][load]: where each of the plane's 16 bytes is in that load */
+static const int8_t split_masks[3][3][16] = {
+    {SPLIT_MASK(0, 0), SPLIT_MASK(0, 1), SPLIT_MASK(0, 2)},
+    {SPLIT_MASK(1, 0), SPLIT_MASK(1, 1), SPLIT_MASK(1, 2)},
+    {SPLIT_MASK(2, 0), SPLIT_MASK(2, 1), SPLIT_MASK(2, 2)},
+};
+#undef SPLIT_AT
+#undef SPLIT_MASK
+
+AVX2 static void split_rgb_avx2(const uint8_t *row, int width, uint8_t *out, size_t plane)
+{
+    __m128i m[3][3];
+    for (int c = 0; c < 3; c++)
+        for (int s = 0; s < 3; s++)
+            m[c][s] = _mm_loadu_si128((const __m128i *)split_masks[c][s]);
+    int x = 0;
+    for (; x + 16 <= width; x += 16) {
+        const __m128i a = _mm_loadu_si128((const __m128i *)(row + 3 * x));
+        const __m128i b = _mm_loadu_si128((const __m128i *)(row + 3 * x + 16));
+        const __m128i c = _mm_loadu_si128((const __m128i *)(row + 3 * x + 32));
+        for (int ch = 0; ch < 3; ch++)
+            _mm_storeu_si128((__m128i *)(out + ch * plane + x),
+                             _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, m[ch][0]),
+                                                       _mm_shuffle_epi8(b, m[ch][1])),
+                                          _mm_shuffle_epi8(c, m[ch][2])));
+    }
+    if (x < width) {
+        uint8_t *r = out + x, *g = out + plane + x, *b = out + 2 * plane + x;
+        for (; x < width; x++, r++, g++, b++) {
+            *r = row[3 * x];
+            *g = row[3 * x + 1];
+            *b = row[3 * x + 2];
+        }
+    }
+}
+
 /* ---- AVX-512 kernels (F, BW, VL, VBMI, VNNI) ---------------------------------------------- */
 
 /* The width pass of 3-channel rows, re-laid for AVX-512: output pixels in groups of 16, their
@@ -232,7 +279,8 @@ AVX2 static void v_row_avx2(const uint8_t *const *rows, int n, const int16_t *w,
  * anywhere in the window, the weights there being 0. At the end two packs saturate the sums to
  * bytes and one byte permutation interleaves the channels into 48 output bytes. Plans whose
  * pixels' taps do not fit a group's window (downscales by more than about 2.2x bicubic, 2.5x
- * bilinear) use the AVX2 kernel. */
+ * bilinear) use the wide layout below (rgbw_plan), or the AVX2 kernel where that does not fit
+ * either. */
 typedef struct {
     int groups;          /* groups of 16 outputs; 0: this layout does not fit the plan */
     int quads;           /* 1: steps of 4 taps (see h_row_rgb_avx512_quads), 0: tap pairs */
@@ -262,6 +310,8 @@ static int splits(int w)
 static int high_half(int w, int m)
 {
     const int a = w + 128;
+    if (m == 256) /* nearly always: divisions by a constant, i.e. shifts */
+        return a >= 0 ? a / 256 : -((-a + 255) / 256);
     return a >= 0 ? a / m : -((-a + m - 1) / m);
 }
 
@@ -633,6 +683,370 @@ AVX512 static void h_rows2_rgb_avx512_quads(const uint8_t *in0, const uint8_t *i
         h_rows2_rgb_avx512_quads_n(in0, in1, out0, out1, rp, precision, plane, ahead, 0);
 }
 
+/* ---- AVX-512 width pass for downscales beyond the 128-byte window ------------------------- */
+
+/* Downscales of more than about 2.2x (bicubic) spread a group's taps over more than the 128
+ * interleaved bytes (42 pixels) one two-source byte permutation reads from. This layout first
+ * splits the row into 3 channel planes (split_rgb_avx512), so that 128 bytes hold 128 pixels of
+ * one channel, and slides each group's window along the taps: step j reads the 128 bytes from
+ * the group's first pixel's first tap + 4 * lanes * j, so the byte indexes are the same at every
+ * step and the window only has to cover the spread of the group's first taps plus one step.
+ * Each output pixel has `lanes` 32-bit lanes (1, 2 or 4: the fewest that fit), each of 4 taps a
+ * step, so a group has 16 / lanes outputs, output i in lanes i, i + 16 / lanes, ...; fewer
+ * outputs per group spread less: 1 lane fits downscales to about 8x, 2 to about 17x, 4 to about
+ * 30x. Per step and channel: 2 loads, 1 permutation (shared indexes), 2 vpdpbusd with the
+ * weights' high and low signed-byte halves as in h_row_rgb_avx512_quads; the loop is bound by
+ * the permutations and dot products (here 1 a cycle, together). At the end the high sums are
+ * joined to the low ones (the rounding term started each output's first lane), the lanes of each
+ * output added up (folding the register in halves) and the sums shifted, saturated and stored,
+ * planar or interleaved. Plans whose
+ * weights do not all split into signed-byte halves, or whose groups do not fit even with 4 lanes
+ * (downscales by more than about 30x), use the AVX2 kernel. Within the old layout's reach this one
+ * is slower (measured 450 against 525 us at 1280x960 -> 644x476: the split costs), so it only
+ * takes the plans that do not fit there. */
+typedef struct {
+    int groups;        /* groups of 16 / lanes outputs; 0: this layout is not in use */
+    int lanes;         /* 32-bit lanes per output, 4 taps each a step */
+    int scaled;        /* as in rgb512_plan: some output's multiplier is not 256 */
+    int slide;         /* 1: some group's taps reach past its window at step 0, so the windows
+                        * move along; 0: each group's window is loaded once */
+    int w_in;          /* pixels per input row */
+    int32_t *firsts;   /* groups: the pixel each group's window starts at in step 0 */
+    int32_t *steps;    /* groups: steps of 4 * lanes taps the group needs */
+    __m512i *vectors;  /* per group: the byte indexes, the multipliers if scaled, then per step
+                        * the high and the low halves of the weights (0 past an output's taps) */
+    uint8_t *planes;   /* the row being resampled as 3 planes `plane` bytes apart; windows read
+                        * up to 127 bytes past w_in (with weight 0), into the plane's padding */
+    size_t plane;
+} rgbw_plan;
+
+/* 0, or 1 if the plan does not fit (rp->groups stays 0), or -1 if memory ran out. */
+static int rgbw_plan_open(rgbw_plan *rp, const axis_plan *plan, int w_out, int w_in)
+{
+    if (w_out <= 0)
+        return 1;
+    int *multipliers = malloc(sizeof *multipliers * (size_t)w_out);
+    if (!multipliers)
+        return -1;
+    /* nearly always every weight splits by 256 (one branchless pass, as in rgb512_plan_open);
+     * else each output its own multiplier */
+    int all256 = 1, scaled = 0;
+    for (size_t i = 0; i < (size_t)w_out * plan->stride; i++)
+        all256 &= splits(plan->weights[i]);
+    for (int x = 0; x < w_out; x++) {
+        multipliers[x] = all256 ? 256 : pixel_multiplier(plan, x);
+        if (!multipliers[x]) {
+            free(multipliers);
+            return 1;
+        }
+        scaled |= multipliers[x] != 256;
+    }
+    /* The lanes per output: of 1, 2 and 4, those with which every group's window holds its last
+     * output's first step (its first tap's pixel + 4 * lanes <= the group's first pixel +
+     * WINDOW), the one of least estimated cost, in halves of a cycle: 18 a step (3 permutations
+     * and 6 dot products), 9 more when windows move (6 more loads), and per group 28, 40 or 52
+     * to finish 1, 2 or 4 lanes. Measured, against the fewest lanes that fit: 2000 -> 270
+     * bicubic 1 lane moving 338-345 us, 2 fixed 308-310; 3000 -> 200 bicubic 2 moving 513-523,
+     * 4 fixed 479-481; and the other way round for their bilinear (fewer taps, so more of the
+     * wider steps go unused): 1 lane 166, 2 lanes 217. */
+    int lanes = 0, slide = 0;
+    long best = 0;
+    for (int l = 1; l <= 4; l *= 2) {
+        const int n = 16 / l;
+        int fits = 1, moves = 0;
+        long steps = 0;
+        for (int x0 = 0; x0 < w_out && fits; x0 += n) {
+            const int last = x0 + n - 1 < w_out ? x0 + n - 1 : w_out - 1;
+            int most = 1;
+            for (int x = x0; x <= last; x++) {
+                most = plan->sizes[x] > most ? plan->sizes[x] : most;
+                /* a window loaded once must hold every tap of weight other than 0 (the indexes
+                 * of the others may wrap around it) */
+                moves |= plan->starts[x] - plan->starts[x0] + plan->sizes[x] > WINDOW;
+            }
+            fits = plan->starts[last] - plan->starts[x0] + 4 * l <= WINDOW;
+            steps += (most + 4 * l - 1) / (4 * l);
+        }
+        const long cost =
+            steps * (18 + 9 * moves) + (long)((w_out + n - 1) / n) * (l == 1 ? 28 : l == 2 ? 40 : 52);
+        if (fits && (!lanes || cost < best)) {
+            lanes = l;
+            slide = moves;
+            best = cost;
+        }
+    }
+    if (!lanes) {
+        free(multipliers);
+        return 1;
+    }
+    const int n = 16 / lanes, taps = 4 * lanes; /* outputs per group, taps per step */
+    const int groups = (w_out + n - 1) / n;
+    size_t vectors = 0;
+    for (int x0 = 0; x0 < w_out; x0 += n) {
+        int most = 1;
+        for (int x = x0; x < x0 + n && x < w_out; x++)
+            most = plan->sizes[x] > most ? plan->sizes[x] : most;
+        vectors += 1 + (size_t)scaled + 2 * (size_t)((most + taps - 1) / taps);
+    }
+    rp->plane = ((size_t)w_in + 63) / 64 * 64 + WINDOW;
+    rp->firsts = calloc((size_t)groups, sizeof *rp->firsts);
+    rp->steps = calloc((size_t)groups, sizeof *rp->steps);
+    rp->vectors = aligned_alloc(64, vectors * 64);
+    rp->planes = aligned_alloc(64, 3 * rp->plane);
+    if (!rp->firsts || !rp->steps || !rp->vectors || !rp->planes) {
+        free(multipliers);
+        return -1;
+    }
+    memset(rp->planes, 0, 3 * rp->plane);
+    uint8_t *v = (uint8_t *)rp->vectors;
+    for (int g = 0; g < groups; g++) {
+        const int x0 = n * g;
+        int most = 1;
+        for (int x = x0; x < x0 + n && x < w_out; x++)
+            most = plan->sizes[x] > most ? plan->sizes[x] : most;
+        const int steps = (most + taps - 1) / taps;
+        rp->firsts[g] = plan->starts[x0];
+        rp->steps[g] = steps;
+        /* lane k: output x0 + k % n, its taps 4 * (k / n) .. + 3 of each step */
+        for (int k = 0; k < 16; k++) {
+            const int x = x0 + k % n;
+            const int first = (x < w_out ? plan->starts[x] - plan->starts[x0] : 0) + 4 * (k / n);
+            for (int t = 0; t < 4; t++)
+                *v++ = (uint8_t)(first + t);
+        }
+        if (scaled)
+            for (int k = 0; k < 16; k++, v += 4) {
+                const int32_t m = x0 + k % n < w_out ? multipliers[x0 + k % n] : 256;
+                memcpy(v, &m, 4);
+            }
+        for (int j = 0; j < steps; j++, v += 128) {
+            for (int k = 0; k < 16; k++)
+                for (int t = 0; t < 4; t++) {
+                    const int x = x0 + k % n, tap = taps * j + 4 * (k / n) + t;
+                    const int w = x < w_out && tap < plan->sizes[x]
+                                      ? plan->weights[(size_t)x * plan->stride + tap]
+                                      : 0;
+                    const int m = x < w_out ? multipliers[x] : 256, high = high_half(w, m);
+                    v[4 * k + t] = (uint8_t)(int8_t)high;
+                    v[64 + 4 * k + t] = (uint8_t)(int8_t)(w - m * high);
+                }
+        }
+    }
+    free(multipliers);
+    rp->w_in = w_in;
+    rp->lanes = lanes;
+    rp->scaled = scaled;
+    rp->slide = slide;
+    rp->groups = groups;
+    return 0;
+}
+
+static void rgbw_plan_close(rgbw_plan *rp)
+{
+    free(rp->firsts);
+    free(rp->steps);
+    free(rp->vectors);
+    free(rp->planes);
+}
+
+/* An interleaved RGB row of `width` pixels to 3 planes `plane` bytes apart, 64 pixels (192
+ * bytes, 3 loads) at a time: per plane a two-source byte permutation takes the bytes within the
+ * first 128, a masked one-source one the rest from the last 64 (the same indexes: 3i + c, whose
+ * low 7 bits, or 6 bits past 127, are what each reads). The last < 64 pixels are loaded and
+ * stored masked: nothing past the row is read, nothing past `width` written (split_rgb's
+ * contract: a plane's last bytes may be the next plane's first).
+ * `ahead` (a row WIDE_PREFETCH_ROWS below, in images above PREFETCH_ABOVE bytes) its bytes are
+ * prefetched meanwhile into L2: measured, 10-15% off the width pass of 3840x2160 images (the
+ * hardware prefetchers alone stall it at each page); into L1, or further ahead, less. */
+#define WIDE_PREFETCH_ROWS 2
+#define THIRDS4(i) 3 * (i), 3 * (i) + 3, 3 * (i) + 6, 3 * (i) + 9
+#define THIRDS16(i) THIRDS4(i), THIRDS4(i + 4), THIRDS4(i + 8), THIRDS4(i + 12)
+static const uint8_t thirds[64] = {THIRDS16(0), THIRDS16(16), THIRDS16(32), THIRDS16(48)};
+#undef THIRDS4
+#undef THIRDS16
+
+AVX512_INLINE void split_rgb_avx512(const uint8_t *row, int width, uint8_t *out, size_t plane,
+                                    const uint8_t *ahead)
+{
+    const __m512i one = _mm512_set1_epi8(1);
+    const __m512i ir = _mm512_loadu_si512(thirds), ig = _mm512_add_epi8(ir, one),
+                  ib = _mm512_add_epi8(ig, one);
+    /* pixels whose byte is in the last 64: 3i + c >= 128 */
+    const __mmask64 past_r = ~0ULL << 43, past_g = ~0ULL << 43, past_b = ~0ULL << 42;
+    for (int x = 0; x < width; x += 64, row += 192, out += 64) {
+        if (ahead) {
+            _mm_prefetch((const char *)ahead + 3 * x, _MM_HINT_T1);
+            _mm_prefetch((const char *)ahead + 3 * x + 64, _MM_HINT_T1);
+            _mm_prefetch((const char *)ahead + 3 * x + 128, _MM_HINT_T1);
+        }
+#define PLANE(a, b, c, i, past) \
+    _mm512_mask_permutexvar_epi8(_mm512_permutex2var_epi8(a, i, b), past, i, c)
+        if (width - x >= 64) {
+            const __m512i a = _mm512_loadu_si512(row), b = _mm512_loadu_si512(row + 64),
+                          c = _mm512_loadu_si512(row + 128);
+            _mm512_storeu_si512(out, PLANE(a, b, c, ir, past_r));
+            _mm512_storeu_si512(out + plane, PLANE(a, b, c, ig, past_g));
+            _mm512_storeu_si512(out + 2 * plane, PLANE(a, b, c, ib, past_b));
+            continue;
+        }
+        const int left = 3 * (width - x); /* < 192 bytes */
+        const __mmask64 all = ~0ULL, pixels = (1ULL << (width - x)) - 1;
+        const __m512i a = _mm512_maskz_loadu_epi8(left >= 64 ? all : (1ULL << left) - 1, row);
+        const __m512i b = _mm512_maskz_loadu_epi8(
+            left >= 128 ? all : left > 64 ? (1ULL << (left - 64)) - 1 : 0, row + 64);
+        const __m512i c = _mm512_maskz_loadu_epi8(left > 128 ? (1ULL << (left - 128)) - 1 : 0,
+                                                  row + 128);
+        _mm512_mask_storeu_epi8(out, pixels, PLANE(a, b, c, ir, past_r));
+        _mm512_mask_storeu_epi8(out + plane, pixels, PLANE(a, b, c, ig, past_g));
+        _mm512_mask_storeu_epi8(out + 2 * plane, pixels, PLANE(a, b, c, ib, past_b));
+#undef PLANE
+    }
+}
+
+/* split_rgb with AVX-512, for the rows that other kernels (or none) resample. */
+AVX512 static void split_rgb_avx512_row(const uint8_t *row, int width, uint8_t *out,
+                                        size_t plane)
+{
+    split_rgb_avx512(row, width, out, plane, NULL);
+}
+
+/* The sums of an output's lanes (i, i + 16 / lanes, ...) into lane i: the register folded in
+ * halves, then quarters. */
+AVX512_INLINE __m512i fold_lanes(__m512i s, const int lanes)
+{
+    if (lanes >= 2) /* 256-bit halves swapped */
+        s = _mm512_add_epi32(s, _mm512_shuffle_i64x2(s, s, _MM_SHUFFLE(1, 0, 3, 2)));
+    if (lanes >= 4) /* 128-bit quarters swapped in pairs */
+        s = _mm512_add_epi32(s, _mm512_shuffle_i64x2(s, s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return s;
+}
+
+/* acc = _mm512_dpbusd_epi32(acc, p, w), written out: GCC otherwise copies every accumulator to
+ * another register each step. KEEP(x) keeps x in a register: GCC otherwise reloads the weights
+ * for each of their 3 uses (as memory operands); the loads, not the arithmetic, then bound the
+ * loop. */
+#define DPBUSD(acc, p, w) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(p), "v"(w))
+#define KEEP(x) __asm__("" : "+v"(x))
+AVX512_INLINE void h_row_rgb_wide_n(const uint8_t *in, uint8_t *out, const rgbw_plan *rp,
+                                    int precision, size_t plane, const uint8_t *ahead,
+                                    const int lanes, const int scaled, const int slide)
+{
+    const int n = 16 / lanes; /* outputs per group */
+    const __m512i advance = _mm512_set1_epi8((char)(4 * lanes));
+    split_rgb_avx512(in, rp->w_in, rp->planes, rp->plane, ahead);
+    const uint8_t *r = rp->planes, *gr = r + rp->plane, *b = gr + rp->plane;
+    /* the rounding term, in each output's first lane only (the lanes are added up at the end) */
+    const __m512i start = _mm512_maskz_set1_epi32((__mmask16)((1u << n) - 1), rounding(precision));
+    const __m512i zero = _mm512_setzero_si512();
+    const __m128i shift = _mm_cvtsi32_si128(precision);
+    /* interleaved output: byte 3i + c is byte i of channel c, in 128-bit lane c */
+    uint8_t order_bytes[64] = {0};
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < 3; c++)
+            order_bytes[3 * i + c] = (uint8_t)(16 * c + i);
+    const __m512i order = _mm512_loadu_si512(order_bytes);
+    const __m512i pack_order = rgb_order();
+    const __mmask64 row_bytes = (1ULL << (3 * n)) - 1;
+    const __mmask16 plane_bytes = (__mmask16)((1u << n) - 1);
+    const __m512i *v = rp->vectors;
+    for (int g = 0; g < rp->groups; g++, out += plane ? n : 3 * n) {
+        const __m512i idx = v[0];
+        const __m512i mul = scaled ? v[1] : zero;
+        v += 1 + scaled;
+        __m512i hr = zero, hg = zero, hb = zero, sr = start, sg = start, sb = start;
+        const uint8_t *at = r + rp->firsts[g];
+        if (slide) { /* the window moves along, the indexes stay */
+            for (int j = 0; j < rp->steps[g]; j++, v += 2, at += 4 * lanes) {
+                __m512i high = v[0], low = v[1];
+                KEEP(high);
+                KEEP(low);
+                __m512i p = _mm512_permutex2var_epi8(_mm512_loadu_si512(at), idx,
+                                                     _mm512_loadu_si512(at + 64));
+                DPBUSD(hr, p, high);
+                DPBUSD(sr, p, low);
+                p = _mm512_permutex2var_epi8(_mm512_loadu_si512(at + (gr - r)), idx,
+                                             _mm512_loadu_si512(at + (gr - r) + 64));
+                DPBUSD(hg, p, high);
+                DPBUSD(sg, p, low);
+                p = _mm512_permutex2var_epi8(_mm512_loadu_si512(at + (b - r)), idx,
+                                             _mm512_loadu_si512(at + (b - r) + 64));
+                DPBUSD(hb, p, high);
+                DPBUSD(sb, p, low);
+            }
+        } else { /* the window holds every step: loaded once, the indexes move along */
+            const __m512i rlo = _mm512_loadu_si512(at), rhi = _mm512_loadu_si512(at + 64);
+            const __m512i glo = _mm512_loadu_si512(at + (gr - r)),
+                          ghi = _mm512_loadu_si512(at + (gr - r) + 64);
+            const __m512i blo = _mm512_loadu_si512(at + (b - r)),
+                          bhi = _mm512_loadu_si512(at + (b - r) + 64);
+            __m512i i = idx;
+            for (int j = 0; j < rp->steps[g]; j++, v += 2, i = _mm512_add_epi8(i, advance)) {
+                __m512i high = v[0], low = v[1];
+                KEEP(high);
+                KEEP(low);
+                __m512i p = _mm512_permutex2var_epi8(rlo, i, rhi);
+                DPBUSD(hr, p, high);
+                DPBUSD(sr, p, low);
+                p = _mm512_permutex2var_epi8(glo, i, ghi);
+                DPBUSD(hg, p, high);
+                DPBUSD(sg, p, low);
+                p = _mm512_permutex2var_epi8(blo, i, bhi);
+                DPBUSD(hb, p, high);
+                DPBUSD(sb, p, low);
+            }
+        }
+        /* the high sums joined, each output's lanes added up, shifted */
+#define FINISH(h, s)                                                                      \
+    _mm512_sra_epi32(fold_lanes(_mm512_add_epi32(s, join_high(h, mul, scaled)), lanes), shift)
+        sr = FINISH(hr, sr);
+        sg = FINISH(hg, sg);
+        sb = FINISH(hb, sb);
+#undef FINISH
+        if (n == 16 && !plane) { /* as store_rgb, its 16 bytes too many land in the row's padding
+                                  * or are overwritten by the next group */
+            const __m512i bytes = _mm512_packus_epi16(_mm512_packs_epi32(sr, sg),
+                                                      _mm512_packs_epi32(sb, sb));
+            _mm512_storeu_si512(out, _mm512_permutexvar_epi8(pack_order, bytes));
+            continue;
+        }
+        const __m128i br = _mm512_cvtusepi32_epi8(_mm512_max_epi32(sr, zero));
+        const __m128i bg = _mm512_cvtusepi32_epi8(_mm512_max_epi32(sg, zero));
+        const __m128i bb = _mm512_cvtusepi32_epi8(_mm512_max_epi32(sb, zero));
+        if (plane && n == 16) {
+            _mm_storeu_si128((__m128i *)out, br);
+            _mm_storeu_si128((__m128i *)(out + plane), bg);
+            _mm_storeu_si128((__m128i *)(out + 2 * plane), bb);
+        } else if (plane) { /* masked: a plane's last group may end past the plane */
+            _mm_mask_storeu_epi8(out, plane_bytes, br);
+            _mm_mask_storeu_epi8(out + plane, plane_bytes, bg);
+            _mm_mask_storeu_epi8(out + 2 * plane, plane_bytes, bb);
+        } else {
+            const __m512i all = _mm512_inserti32x4(
+                _mm512_inserti32x4(_mm512_castsi128_si512(br), bg, 1), bb, 2);
+            _mm512_mask_storeu_epi8(out, row_bytes, _mm512_permutexvar_epi8(order, all));
+        }
+    }
+}
+
+AVX512 static void h_row_rgb_wide(const uint8_t *in, uint8_t *out, const rgbw_plan *rp,
+                                  int precision, size_t plane, const uint8_t *ahead)
+{
+#define CASE(l)                                                                         \
+    if (rp->lanes == (l)) {                                                             \
+        if (rp->scaled)                                                                 \
+            h_row_rgb_wide_n(in, out, rp, precision, plane, ahead, l, 1, rp->slide);           \
+        else if (rp->slide)                                                             \
+            h_row_rgb_wide_n(in, out, rp, precision, plane, ahead, l, 0, 1);                   \
+        else                                                                            \
+            h_row_rgb_wide_n(in, out, rp, precision, plane, ahead, l, 0, 0);                   \
+        return;                                                                         \
+    }
+    CASE(1)
+    CASE(2)
+    CASE(4)
+#undef CASE
+}
+
 /* The height pass as v_row_avx2, 64 bytes at a time, the last < 64 loaded and stored masked.
  * Inlined with a constant n for the common tap counts: the loop over taps unrolled, its row
  * pointers and weight pairs kept in registers. */
@@ -725,6 +1139,22 @@ static void v_row(const uint8_t *const *rows, int n, const int16_t *w, int preci
     v_row_generic(rows, n, w, precision, out, len);
 }
 
+/* split_rgb with the best kernels this CPU runs. */
+static void split_rgb_row(const uint8_t *row, int width, uint8_t *out, size_t plane)
+{
+#ifdef MMGATE_X86
+    if (cpu_has_avx512()) {
+        split_rgb_avx512_row(row, width, out, plane);
+        return;
+    }
+    if (cpu_has_avx2()) {
+        split_rgb_avx2(row, width, out, plane);
+        return;
+    }
+#endif
+    split_rgb(row, width, out, plane);
+}
+
 /* ---- the width pass, row by row on demand into a ring of rows ----------------------------- */
 
 typedef struct {
@@ -744,6 +1174,7 @@ typedef struct {
 #ifdef MMGATE_X86
     rgb_plan rgb;              /* the AVX2 layout of `plan`, when rgb.weights is set */
     rgb512_plan rgb512;        /* the AVX-512 layout of `plan`, when rgb512.groups > 0 */
+    rgbw_plan rgbw;            /* else its wide AVX-512 layout, when rgbw.groups > 0 */
 #endif
 } width_pass;
 
@@ -762,13 +1193,22 @@ static uint8_t *ring_row(const width_pass *wp, int r)
 static void width_pass_row(width_pass *wp, int r)
 {
     if (!wp->plan) { /* planar rows of an image as wide as the output */
-        split_rgb(wp->src + (size_t)r * wp->in_row, wp->w_out, ring_row(wp, r), wp->plane);
+        split_rgb_row(wp->src + (size_t)r * wp->in_row, wp->w_out, ring_row(wp, r), wp->plane);
         return;
     }
 #ifdef MMGATE_X86
     if (wp->rgb512.groups) {
         (wp->rgb512.quads ? h_row_rgb_avx512_quads : h_row_rgb_avx512)(
             input_row(wp, r), ring_row(wp, r), &wp->rgb512, wp->plan->precision, wp->plane);
+        return;
+    }
+    if (wp->rgbw.groups) {
+        const int ahead = r + WIDE_PREFETCH_ROWS;
+        h_row_rgb_wide(input_row(wp, r), ring_row(wp, r), &wp->rgbw, wp->plan->precision,
+                       wp->plane,
+                       ahead < wp->h_in && (size_t)wp->h_in * wp->in_row > PREFETCH_ABOVE
+                           ? input_row(wp, ahead)
+                           : NULL);
         return;
     }
 #endif
@@ -780,7 +1220,7 @@ static void width_pass_row(width_pass *wp, int r)
 #endif
         h_row_generic(input_row(wp, r), out, wp->w_out, wp->channels, wp->plan);
     if (wp->plane)
-        split_rgb(out, wp->w_out, ring_row(wp, r), wp->plane);
+        split_rgb_row(out, wp->w_out, ring_row(wp, r), wp->plane);
 }
 
 #ifdef MMGATE_X86
@@ -844,13 +1284,17 @@ static int width_pass_open(width_pass *wp, const uint8_t *src, int h_in, int w_i
         fits = rgb512_plan_open(&wp->rgb512, plan, w_out, wp->in_row);
         if (fits < 0)
             return -1;
+        if (fits) /* downscales beyond its window */
+            fits = rgbw_plan_open(&wp->rgbw, plan, w_out, w_in);
+        if (fits < 0)
+            return -1;
     }
     if (fits && cpu_has_avx2() && channels == 3) {
         if (rgb_plan_open(&wp->rgb, plan, w_out))
             return -1;
         overread = rgb_overread(plan);
     }
-    const int planar_kernel = wp->rgb512.groups > 0;
+    const int planar_kernel = wp->rgb512.groups > 0 || wp->rgbw.groups > 0;
 #else
     const int planar_kernel = 0;
 #endif
@@ -877,6 +1321,7 @@ static void width_pass_close(width_pass *wp)
 #ifdef MMGATE_X86
     rgb_plan_close(&wp->rgb);
     rgb512_plan_close(&wp->rgb512);
+    rgbw_plan_close(&wp->rgbw);
 #endif
     free(wp->ring);
     free(wp->scratch);
