@@ -1,5 +1,6 @@
 """multimodal.native.chw: HWC uint8 to channel planes, exactly numpy's transpose, at every
-kernel level (AVX-512 64 pixels a step, else byte by byte), for crops' strided views too."""
+kernel level (the width pass's row split: AVX-512 64 pixels a step, AVX2 16, else byte by
+byte), for crops' strided views too."""
 
 from __future__ import annotations
 

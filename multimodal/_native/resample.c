@@ -1139,8 +1139,7 @@ static void v_row(const uint8_t *const *rows, int n, const int16_t *w, int preci
     v_row_generic(rows, n, w, precision, out, len);
 }
 
-/* split_rgb with the best kernels this CPU runs. */
-static void split_rgb_row(const uint8_t *row, int width, uint8_t *out, size_t plane)
+void resample_split_rgb(const uint8_t *row, int width, uint8_t *out, size_t plane)
 {
 #ifdef MMGATE_X86
     if (cpu_has_avx512()) {
@@ -1193,7 +1192,7 @@ static uint8_t *ring_row(const width_pass *wp, int r)
 static void width_pass_row(width_pass *wp, int r)
 {
     if (!wp->plan) { /* planar rows of an image as wide as the output */
-        split_rgb_row(wp->src + (size_t)r * wp->in_row, wp->w_out, ring_row(wp, r), wp->plane);
+        resample_split_rgb(wp->src + (size_t)r * wp->in_row, wp->w_out, ring_row(wp, r), wp->plane);
         return;
     }
 #ifdef MMGATE_X86
@@ -1220,7 +1219,7 @@ static void width_pass_row(width_pass *wp, int r)
 #endif
         h_row_generic(input_row(wp, r), out, wp->w_out, wp->channels, wp->plan);
     if (wp->plane)
-        split_rgb_row(out, wp->w_out, ring_row(wp, r), wp->plane);
+        resample_split_rgb(out, wp->w_out, ring_row(wp, r), wp->plane);
 }
 
 #ifdef MMGATE_X86

@@ -38,6 +38,11 @@ typedef struct {
 int resample_image(const uint8_t *src, int h_in, int w_in, int channels, int h_out, int w_out,
                    const axis_plan *horizontal, const axis_plan *vertical, const row_sink *sink);
 
+/* One interleaved RGB row of `width` pixels to 3 planes `plane` bytes apart (out, out + plane,
+ * out + 2 * plane), with the best kernels this CPU runs. Writes nothing past `width` in a
+ * plane, so planes may follow each other directly. */
+void resample_split_rgb(const uint8_t *row, int width, uint8_t *out, size_t plane);
+
 /* Which kernels resample_image uses on this CPU: "avx512", "avx2" or "generic". */
 const char *resample_kernels(void);
 
