@@ -55,7 +55,7 @@ def resize(
 
     With ``crop``, only that window of the resized image: the same pixels as slicing the whole
     result, but the native kernels compute no pixel outside it (each output pixel depends on its
-    own weights alone). A window the size of the input's may be a view of it.
+    own weights alone). When the size does not change, the window is a view of the input.
     """
     _check(image, height, width, method, backend)
     if crop is not None:

@@ -288,7 +288,8 @@ class PixelPipeline:
 
 
 def _planes(image: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """HWC uint8 to CHW uint8 (a transposed view when neither native nor asked for a copy)."""
+    """HWC uint8 to CHW uint8, into `out` if given; else, without the native kernels, a
+    transposed view."""
     if native.AVAILABLE and image.ndim == 3 and image.shape[2] == 3:
         return native.chw(image, out)
     if out is None:
