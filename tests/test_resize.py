@@ -266,3 +266,25 @@ def test_window_of_the_resize(src, dst, crop, method, backend):
 def test_window_must_lie_inside(crop, backend):
     with pytest.raises(ValueError, match="not inside"):
         resize(noise(20, 20), 10, 10, backend=backend, crop=crop)
+
+
+def test_random_windows(backend):
+    """Windows anywhere in random resizes (up, down, 1:1 on an axis): the kernels' layouts must
+    hold for any slice of an axis's weights, not only for centered crops."""
+    rng = np.random.default_rng(4321)
+    for i in range(60):
+        h_in, w_in = (int(v) for v in rng.integers(1, 400, 2))
+        h_out = h_in if i % 7 == 0 else int(rng.integers(1, 300))
+        w_out = w_in if i % 11 == 0 else int(rng.integers(1, 300))
+        crop_h, crop_w = int(rng.integers(1, h_out + 1)), int(rng.integers(1, w_out + 1))
+        top, left = (
+            int(rng.integers(0, h_out - crop_h + 1)),
+            int(rng.integers(0, w_out - crop_w + 1)),
+        )
+        image = rng.integers(0, 256, (h_in, w_in, 3), np.uint8)
+        method = METHODS[i % 2]
+        ours = resize(image, h_out, w_out, method, backend, crop=(top, left, crop_h, crop_w))
+        whole = torchvision_resize(image, h_out, w_out, method)
+        np.testing.assert_array_equal(
+            ours, whole[top : top + crop_h, left : left + crop_w], err_msg=f"case {i}"
+        )
