@@ -107,7 +107,7 @@ def encode_multimodal_inputs(
         if key == PRIMARY_KEY:
             pieces += field_pieces(_PIXEL_VALUES, tensor)
         else:  # a map entry: key = 1, value = 2
-            entry = [_key_bytes(key), *field_pieces(_MAP_VALUE, tensor)]
+            entry = [*field_pieces(_MAP_KEY, [key.encode()]), *field_pieces(_MAP_VALUE, tensor)]
             pieces += field_pieces(_MODEL_SPECIFIC_TENSORS, entry)
     return pieces
 
@@ -135,11 +135,6 @@ def _tensor_pieces(array: np.ndarray, dtype: str | None) -> list[Piece]:
     # inline is in a oneof: it is on the wire even when empty, as in the message form.
     data = memoryview(array).cast("B") if array.size else b""  # (cast refuses a 0 in the shape)
     return [head, *field_pieces(_INLINE, [data])]
-
-
-def _key_bytes(key: str) -> bytes:
-    encoded = key.encode()
-    return _varint(_MAP_KEY << 3 | _LENGTH_DELIMITED) + _varint(len(encoded)) + encoded
 
 
 def _varint(value: int) -> bytes:
