@@ -1,6 +1,6 @@
 """Builds the optional native kernels; everything else about the package is in pyproject.toml.
 
-multimodal._kernels (torchvision-exact resize and Qwen-VL patches, C sources in
+multimodal._kernels (torchvision-exact resize, Qwen-VL patches, LLaVA tiles; C sources in
 multimodal/_native/) makes preprocessing several times faster. It is optional: without a C
 compiler the install still succeeds, and multimodal.resize falls back to numpy, which computes
 the same bytes. -O3 only: the AVX2 and AVX-512 kernels are chosen at run time
@@ -18,7 +18,7 @@ import sys
 from setuptools import Extension, setup
 
 NATIVE = "multimodal/_native"
-SOURCES = ["module", "cpu", "resample", "qwen_patches", "chw"]
+SOURCES = ["module", "cpu", "resample", "qwen_patches", "chw", "tiles"]
 COMPILE_ARGS = (
     [] if sys.platform == "win32" else ["-O3", "-fno-wrapv", "-std=c11", "-Wall", "-Wextra"]
 )

@@ -90,21 +90,63 @@ def resize(
 ) -> np.ndarray:
     """An HxWxC uint8 image resized to height x width, as torchvision does; with `crop` (top,
     left, height, width), only that window of it."""
-    top, left, out_h, out_w = crop or (0, 0, height, width)
+    image, width_axis, height_axis, (out_h, out_w) = _resize_arguments(
+        image, height, width, method, crop
+    )
     h_in, w_in, channels = image.shape
-    width_axis = _window(axis_argument(w_in, width, method), left, out_w)
-    height_axis = _window(axis_argument(h_in, height, method), top, out_h)
-    # An axis that keeps its size has no weights: its window is cut from the input instead.
-    if h_in == height:
-        image, h_in = image[top : top + out_h], out_h
-    if w_in == width:
-        image, w_in = image[:, left : left + out_w], out_w
-    image = np.ascontiguousarray(image)
     out = np.empty((out_h, out_w, channels), np.uint8)
     _kernels.resize(
         image, h_in, w_in, channels, out, out_h, out_w, width_axis, height_axis
     )  # fmt: skip
     return out
+
+
+def tiles(
+    image: np.ndarray,
+    height: int,
+    width: int,
+    method: str,
+    out: np.ndarray,
+    top: int = 0,
+    left: int = 0,
+    crop: tuple[int, int, int, int] | None = None,
+) -> np.ndarray:
+    """An HxWx3 uint8 image resized as `resize` does, laid on a canvas of tiles, into `out`.
+
+    `out` is (rows, cols, 3, T, T) uint8, C-contiguous: a canvas of rows x cols tiles of T x T
+    pixels, each tile as 3 channel planes. The resized image (or its `crop` window) lies at
+    (top, left) of the canvas, and every other canvas pixel is 0: LLaVA-NeXT's zero-padded
+    anyres grid, cut into tiles, and its base tile. Returns `out`.
+    """
+    image, width_axis, height_axis, (out_h, out_w) = _resize_arguments(
+        image, height, width, method, crop
+    )
+    rows, cols, channels, tile, tile_w = out.shape
+    if channels != 3 or tile != tile_w or not out.flags.c_contiguous:
+        raise ValueError(f"expected (rows, cols, 3, T, T) C-contiguous tiles, got {out.shape}")
+    h_in, w_in, _ = image.shape
+    _kernels.tiles(
+        image, h_in, w_in, out, out_h, out_w, width_axis, height_axis,
+        tile, rows, cols, top, left,
+    )  # fmt: skip
+    return out
+
+
+def _resize_arguments(
+    image: np.ndarray, height: int, width: int, method: str, crop: tuple[int, int, int, int] | None
+) -> tuple[np.ndarray, AxisArgument | None, AxisArgument | None, tuple[int, int]]:
+    """What the kernels take for a resize (of the `crop` window): the contiguous input, the
+    width and height axes, the output size."""
+    top, left, out_h, out_w = crop or (0, 0, height, width)
+    h_in, w_in, _ = image.shape
+    width_axis = _window(axis_argument(w_in, width, method), left, out_w)
+    height_axis = _window(axis_argument(h_in, height, method), top, out_h)
+    # An axis that keeps its size has no weights: its window is cut from the input instead.
+    if h_in == height:
+        image = image[top : top + out_h]
+    if w_in == width:
+        image = image[:, left : left + out_w]
+    return np.ascontiguousarray(image), width_axis, height_axis, (out_h, out_w)
 
 
 def _window(axis: AxisArgument | None, first: int, count: int) -> AxisArgument | None:

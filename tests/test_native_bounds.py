@@ -52,6 +52,17 @@ for level in [lv for lv in native.LEVELS if native.level_supported(lv)]:
                 for h_out, w_out in ((28, 28), (56, 84)):
                     native.qwen_patches(image, h_out, w_out, 14, 2, 2, None)
                     cases += 1
+                # LLaVA-NeXT's tiles, ending right before a guard page too: the image over the
+                # whole canvas, and smaller, so that the canvas's last bytes are padding
+                for tile, rows, cols, top, left, h_out, w_out in (
+                    (4, 1, 1, 0, 0, 4, 4),
+                    (5, 2, 3, 0, 0, 10, 15),
+                    (5, 2, 3, 2, 1, 7, 9),
+                ):
+                    flat = before_guard_page(rows * cols * 3 * tile, tile, 1, cases)
+                    out = flat.reshape(rows, cols, 3, tile, tile)
+                    native.tiles(image, h_out, w_out, "bicubic", out, top, left)
+                    cases += 1
         for h, w in itertools.product((1, 3), (5, 63, 64, 65, 128, 130)):  # 64-pixel steps
             native.chw(before_guard_page(h, w, 3, cases))
             cases += 1

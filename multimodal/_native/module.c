@@ -1,4 +1,4 @@
-/* multimodal._kernels: the Python face of resample.c and qwen_patches.c.
+/* multimodal._kernels: the Python face of resample.c, qwen_patches.c, tiles.c and chw.c.
  *
  * Arrays travel as buffers (numpy arrays, C-contiguous); multimodal/native.py builds the
  * arguments. Every size and index is checked here before any pointer is followed, and the GIL
@@ -11,6 +11,7 @@
 #include "cpu.h"
 #include "qwen_patches.h"
 #include "resample.h"
+#include "tiles.h"
 
 /* One axis argument: None (axis unchanged) or (starts int32, sizes int32, weights int16,
  * stride, precision). */
@@ -197,6 +198,61 @@ out:
     Py_RETURN_NONE;
 }
 
+/* ---- resize onto a canvas of CHW tiles ------------------------------------------------------ */
+
+static int check_tiles(const tiles *t, const Py_buffer *dst)
+{
+    const int ok = t->tile > 0 && t->rows > 0 && t->cols > 0 && t->top >= 0 && t->left >= 0 &&
+                   t->rows <= INT_MAX / t->tile && t->cols <= INT_MAX / t->tile &&
+                   t->height <= t->rows * t->tile - t->top &&
+                   t->width <= t->cols * t->tile - t->left &&
+                   (size_t)dst->len == (size_t)t->rows * t->cols * 3 * t->tile * t->tile;
+    if (!ok)
+        PyErr_Format(PyExc_ValueError,
+                     "a %dx%d image at (%d, %d) does not fit %dx%d tiles of %d, or the tile "
+                     "buffer has the wrong size",
+                     t->height, t->width, t->top, t->left, t->rows, t->cols, t->tile);
+    return ok ? 0 : -1;
+}
+
+static PyObject *py_tiles(PyObject *self, PyObject *args)
+{
+    Py_buffer src, dst;
+    int h_in, w_in, status = -1;
+    PyObject *h_obj, *v_obj;
+    axis_arg h = {0}, v = {0};
+    tiles t = {0};
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iiw*iiOOiiiii", &src, &h_in, &w_in, &dst, &t.height,
+                          &t.width, &h_obj, &v_obj, &t.tile, &t.rows, &t.cols, &t.top, &t.left))
+        return NULL;
+    t.out = dst.buf;
+    if (check_image(&src, h_in, w_in, 3, 1, "source") || t.height < 1 || t.width < 1 ||
+        check_tiles(&t, &dst) || axis_parse(h_obj, w_in, t.width, "width", &h) ||
+        axis_parse(v_obj, h_in, t.height, "height", &v))
+        goto out;
+    if (tiles_open(&t)) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    const row_sink sink = {tiles_target, tiles_row, &t, t.plane};
+    Py_BEGIN_ALLOW_THREADS
+    status = resample_image(src.buf, h_in, w_in, 3, t.height, t.width, h.present ? &h.plan : NULL,
+                            v.present ? &v.plan : NULL, &sink);
+    Py_END_ALLOW_THREADS
+    if (status)
+        PyErr_NoMemory();
+out:
+    tiles_close(&t);
+    axis_release(&h);
+    axis_release(&v);
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    if (status)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- HWC to CHW ---------------------------------------------------------------------------- */
 
 static PyObject *py_chw(PyObject *self, PyObject *args)
@@ -264,6 +320,9 @@ static PyMethodDef methods[] = {
     {"qwen_patches", py_qwen_patches, METH_VARARGS,
      "qwen_patches(src, h_in, w_in, dst, h_out, w_out, width_axis, height_axis, patch, merge, "
      "temporal, normalize)"},
+    {"tiles", py_tiles, METH_VARARGS,
+     "tiles(src, h_in, w_in, dst, h_out, w_out, width_axis, height_axis, tile, rows, cols, top, "
+     "left): the resized image at (top, left) of a zeroed canvas of rows x cols CHW tiles"},
     {"chw", py_chw, METH_VARARGS,
      "chw(src, dst): an HxWx3 uint8 array (rows may be strided) to 3 planes of HxW bytes"},
     {"kernels", py_kernels, METH_NOARGS, "The kernels in use: 'avx512', 'avx2' or 'generic'."},
@@ -276,7 +335,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_kernels",
-    .m_doc = "Native uint8 resize (torchvision-exact) and Qwen-VL patch layout.",
+    .m_doc = "Native uint8 resize (torchvision-exact), Qwen-VL patches and LLaVA tiles.",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -249,6 +249,17 @@ class PixelPipeline:
         top, left = int((height - crop_h) / 2.0), int((width - crop_w) / 2.0)
         return resize(image, height, width, s.method, crop=(top, left, crop_h, crop_w))
 
+    def keeps(self, height: int, width: int) -> bool:
+        """Whether `resize_and_crop` hands an image of this size back untouched."""
+        s = self.settings
+        if s.crop_hw not in (None, (height, width)):
+            return False
+        if not s.do_resize:
+            return True
+        if s.shortest_edge is not None:
+            return shortest_edge_size(height, width, s.shortest_edge) == (height, width)
+        return s.resize_hw == (height, width)
+
     def out_dtype(self, raw_pixels: bool) -> type:
         """What `finish` returns: float32 unless raw or neither rescaled nor normalized."""
         s = self.settings
@@ -263,17 +274,21 @@ class PixelPipeline:
         layout, per channel plane, rather than on HWC's innermost axis of 3: the same float32
         operations per element, far fewer (and longer) inner loops.
         """
-        s = self.settings
         if out is None:
             out = np.empty((image.shape[2], *image.shape[:2]), self.out_dtype(raw_pixels))
         if self.out_dtype(raw_pixels) is np.uint8:
             return _planes(image, out)
-        chw = _planes(image)  # contiguous planes: the float math below runs twice as fast
+        # contiguous planes: the float math runs twice as fast on them
+        return self.normalize(_planes(image), out)
+
+    def normalize(self, planes: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """uint8 channel planes (..., 3, H, W) to rescaled/normalized float32, into `out`."""
+        s = self.settings
         if s.do_normalize:
-            np.subtract(chw, self._mean[:, None, None], out=out, dtype=np.float32)
+            np.subtract(planes, self._mean[:, None, None], out=out, dtype=np.float32)
             np.divide(out, self._std[:, None, None], out=out)
         else:
-            np.multiply(chw, np.float32(s.rescale_factor), out=out, dtype=np.float32)
+            np.multiply(planes, np.float32(s.rescale_factor), out=out, dtype=np.float32)
         return out
 
     def square_pad(self, image: np.ndarray) -> np.ndarray:

@@ -5,7 +5,10 @@ best resolution from `image_grid_pinpoints`, resize keeping aspect (ceil, capped
 and zero-pad centred to it, cut into crop-size tiles row by row, prepend the whole image resized
 straight to size x size, then resize/crop/normalize every tile like CLIP. Images of one request
 are zero-padded to the same tile count (padding added after normalization, as transformers does;
-vLLM's model drops the extra tiles using `image_sizes`).
+vLLM's model drops the extra tiles using `image_sizes`). When the tiles are already crop-sized
+(the later resize and crop leave them alone) and the native kernels are built, the two resizes
+write the tiles' channel planes directly (multimodal.native.tiles): the same bytes, without the
+padded canvas or a transposing copy.
 
 The `<image>` anchor becomes vLLM's LlavaNextProcessingInfo.get_num_image_tokens: base tokens
 plus the unpadded tile features and one newline per feature row, computed with the same
@@ -21,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from multimodal import native
 from multimodal.processors.base import ImageProcessor, ModelFiles, ProcessedImages
 from multimodal.processors.llava import (
     ModelConfigError,
@@ -72,6 +76,47 @@ def patch_output_size(height: int, width: int, target_h: int, target_w: int) -> 
     return target_h, min(math.ceil(width * scale_h), target_w)
 
 
+@dataclass(frozen=True)
+class AnyresLayout:
+    """Where an image goes: fitted to height x width, centred at (top, left) on a zero-padded
+    canvas of the best pinpoint's size, which is cut into tile x tile pieces."""
+
+    height: int
+    width: int
+    top: int
+    left: int
+    canvas: tuple[int, int]
+    tile: int
+
+    @property
+    def whole_tiles(self) -> bool:
+        return self.canvas[0] % self.tile == 0 and self.canvas[1] % self.tile == 0
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """Rows and columns of whole tiles on the canvas."""
+        return self.canvas[0] // self.tile, self.canvas[1] // self.tile
+
+    @property
+    def tiles(self) -> int:
+        """The canvas tiles and the base tile in front of them (whole tiles only)."""
+        return 1 + self.grid[0] * self.grid[1]
+
+
+def anyres_layout(height: int, width: int, anyres: AnyresSettings) -> AnyresLayout:
+    """The best pinpoint for this image, and the image fitted and centred on it."""
+    best_h, best_w = select_best_resolution(height, width, anyres.pinpoints)
+    new_h, new_w = patch_output_size(height, width, best_h, best_w)
+    return AnyresLayout(
+        height=new_h,
+        width=new_w,
+        top=(best_h - new_h) // 2,
+        left=(best_w - new_w) // 2,
+        canvas=(best_h, best_w),
+        tile=anyres.tile,
+    )
+
+
 def unpadded_features(
     height: int, width: int, npatches: int, num_patch_height: int, num_patch_width: int
 ) -> tuple[int, int]:
@@ -117,6 +162,10 @@ class LlavaNextProcessor(ImageProcessor):
         self.anyres = anyres
         self.tower = tower
         self.model_pinpoints = model_pinpoints  # config.json's: what vLLM counts tokens with
+        # Tiles come out of resize_and_crop untouched, base included: the native kernels can
+        # write them straight from the two resizes.
+        square = (anyres.tile, anyres.tile)
+        self._tiles_kept = pixels.keeps(*square) and anyres.base_hw == square
 
     @classmethod
     def matches(cls, files: ModelFiles) -> bool:
@@ -160,19 +209,11 @@ class LlavaNextProcessor(ImageProcessor):
         self, images: Sequence[np.ndarray], options: Mapping[str, Any], raw_pixels: bool
     ) -> ProcessedImages:
         self.resolve_options(options)
-        tiles = [self._tiles(image) for image in images]
-        shapes = {t.shape for image_tiles in tiles for t in image_tiles}
-        if len(shapes) != 1:
-            raise ModelConfigError(f"tiles differ in size: {sorted(shapes)}")
-        h, w, c = shapes.pop()
-        counts = [len(t) for t in tiles]
-        most = max(counts)
-        # Tiles are finished straight into the batch; only a ragged batch needs zero padding.
-        alloc = np.empty if min(counts) == most else np.zeros
-        batch = alloc((len(tiles), most, c, h, w), dtype=self.pixels.out_dtype(raw_pixels))
-        for image_tiles, out in zip(tiles, batch):
-            for tile, tile_out in zip(image_tiles, out):
-                self.pixels.finish(tile, raw_pixels, tile_out)
+        layouts = [anyres_layout(*i.shape[:2], self.anyres) for i in images]
+        if native.AVAILABLE and self._tiles_kept and all(t.whole_tiles for t in layouts):
+            batch = self._batch_from_tiles(images, layouts, raw_pixels)
+        else:
+            batch = self._batch_step_by_step(images, layouts, raw_pixels)
         sizes = [(int(i.shape[0]), int(i.shape[1])) for i in images]
         token = self.tower.image_token_id
         return ProcessedImages(
@@ -185,21 +226,65 @@ class LlavaNextProcessor(ImageProcessor):
             replacements=[[token] * self.num_image_tokens(h, w) for h, w in sizes],
         )
 
-    def _tiles(self, image: np.ndarray) -> list[np.ndarray]:
+    def _batch_from_tiles(
+        self, images: Sequence[np.ndarray], layouts: Sequence[AnyresLayout], raw_pixels: bool
+    ) -> np.ndarray:
+        """Each image resized twice (base, fitted) by the native kernels straight into its
+        tiles' channel planes: no padded canvas, no transposing copy."""
+        counts = [layout.tiles for layout in layouts]
+        most, t = max(counts), self.anyres.tile
+        # Only a ragged batch needs zero padding (added after normalization, as transformers).
+        alloc = np.empty if min(counts) == most else np.zeros
+        planes = alloc((len(images), most, 3, t, t), np.uint8)
+        for image, layout, out in zip(images, layouts, planes):
+            self._tiles_into(image, layout, out)
+        if self.pixels.out_dtype(raw_pixels) is np.uint8:
+            return planes
+        batch = alloc(planes.shape, np.float32)
+        for count, image_planes, out in zip(counts, planes, batch):
+            self.pixels.normalize(image_planes[:count], out[:count])
+        return batch
+
+    def _tiles_into(self, image: np.ndarray, layout: AnyresLayout, out: np.ndarray) -> None:
+        method, t = self.pixels.settings.method, self.anyres.tile
+        if (layout.height, layout.width) == (t, t):  # the fitted image is the base: resize once
+            image = resize_to(image, t, t, method)
+        native.tiles(image, t, t, method, out[:1].reshape(1, 1, 3, t, t))
+        grid = out[1 : layout.tiles].reshape(*layout.grid, 3, t, t)
+        native.tiles(image, layout.height, layout.width, method, grid, layout.top, layout.left)
+
+    def _batch_step_by_step(
+        self, images: Sequence[np.ndarray], layouts: Sequence[AnyresLayout], raw_pixels: bool
+    ) -> np.ndarray:
+        """transformers' steps one by one: without the native kernels, or when a tile is
+        resized or cropped once more."""
+        tiles = [self._tiles(image, layout) for image, layout in zip(images, layouts)]
+        shapes = {t.shape for image_tiles in tiles for t in image_tiles}
+        if len(shapes) != 1:
+            raise ModelConfigError(f"tiles differ in size: {sorted(shapes)}")
+        h, w, c = shapes.pop()
+        counts = [len(t) for t in tiles]
+        most = max(counts)
+        # Tiles are finished straight into the batch; only a ragged batch needs zero padding.
+        alloc = np.empty if min(counts) == most else np.zeros
+        batch = alloc((len(tiles), most, c, h, w), dtype=self.pixels.out_dtype(raw_pixels))
+        for image_tiles, out in zip(tiles, batch):
+            for tile, tile_out in zip(image_tiles, out):
+                self.pixels.finish(tile, raw_pixels, tile_out)
+        return batch
+
+    def _tiles(self, image: np.ndarray, layout: AnyresLayout) -> list[np.ndarray]:
         """The base image and the anyres tiles, resized and cropped, still HWC uint8."""
         a, method = self.anyres, self.pixels.settings.method
-        height, width = image.shape[:2]
-        best_h, best_w = select_best_resolution(height, width, a.pinpoints)
-        new_h, new_w = patch_output_size(height, width, best_h, best_w)
-        fitted = resize_to(image, new_h, new_w, method)
-        left, extra_x = divmod(best_w - new_w, 2)
-        top, extra_y = divmod(best_h - new_h, 2)
-        canvas = pad(fitted, left, top, left + extra_x, top + extra_y)
+        fitted = resize_to(image, layout.height, layout.width, method)
+        canvas_h, canvas_w = layout.canvas
+        right, bottom = canvas_w - layout.width - layout.left, canvas_h - layout.height - layout.top
+        canvas = pad(fitted, layout.left, layout.top, right, bottom)
         tiles = [resize_to(image, *a.base_hw, method)]
         tiles += [
             canvas[y : y + a.tile, x : x + a.tile]
-            for y in range(0, best_h, a.tile)
-            for x in range(0, best_w, a.tile)
+            for y in range(0, canvas_h, a.tile)
+            for x in range(0, canvas_w, a.tile)
         ]
         return [self.pixels.resize_and_crop(t) for t in tiles]
 
