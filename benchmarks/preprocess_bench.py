@@ -2,9 +2,10 @@
 
     python -m benchmarks.preprocess_bench [--quick] [--repeats N] [--family NAME] [--json FILE]
 
-For Qwen2.5-VL, LLaVA-1.5 and LLaVA-NeXT (model dirs written to a temp dir: configs,
-tokenizer, preprocessor config, no weights; Qwen2.5-VL with its real pixel limits) and a
-synthetic photo-like image per size, encoded once as JPEG (quality 90) and PNG, it times:
+For Qwen2.5-VL, Qwen2-VL, Qwen3-VL, LLaVA-1.5 and LLaVA-NeXT (model dirs written to a temp
+dir: configs, tokenizer, preprocessor config, no weights; the Qwen ones with their released
+preprocessor configs, real pixel limits included) and a synthetic photo-like image per size,
+encoded once as JPEG (quality 90) and PNG, it times:
 
 * decode: ``multimodal.decode.decode_pixels(bytes)``, the gateway's decode: vLLM's pixels,
   JPEGs decoded by libjpeg-turbo straight into a numpy array (``--no-fast-jpeg``: Pillow's path
@@ -117,6 +118,35 @@ def build_qwen25(out_dir: Path) -> Path:
     return out_dir
 
 
+# The real Qwen2-VL-*-Instruct and Qwen3-VL-*-Instruct preprocessor_config.json files.
+QWEN2_PREPROCESSOR = {**QWEN25_PREPROCESSOR, "processor_class": "Qwen2VLProcessor"}
+QWEN3_PREPROCESSOR = {
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "processor_class": "Qwen3VLProcessor",
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+}
+
+
+def build_qwen_variant(model_type: str, preprocessor: dict) -> Callable[[Path], Path]:
+    """The Qwen2.5-VL dir with another model_type and that model's image processor config:
+    all the processors read (the vision tower's weights are never loaded)."""
+
+    def build(out_dir: Path) -> Path:
+        build_qwen25(out_dir)
+        config = json.loads((out_dir / "config.json").read_text())
+        config["model_type"] = model_type
+        (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+        (out_dir / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2))
+        return out_dir
+
+    return build
+
+
 def build_llava(kind: str) -> Callable[[Path], Path]:
     def build(out_dir: Path) -> Path:
         # The parity tests' builder: llava-hf's CLIP-336 processor configs.
@@ -130,6 +160,8 @@ def build_llava(kind: str) -> Callable[[Path], Path]:
 
 FAMILIES = {
     "Qwen2.5-VL": build_qwen25,
+    "Qwen2-VL": build_qwen_variant("qwen2_vl", QWEN2_PREPROCESSOR),
+    "Qwen3-VL": build_qwen_variant("qwen3_vl", QWEN3_PREPROCESSOR),
     "LLaVA-1.5": build_llava("llava"),
     "LLaVA-NeXT": build_llava("llava_next"),
 }
