@@ -83,6 +83,20 @@ static int check_image(const Py_buffer *b, int h, int w, int c, size_t element, 
     return 0;
 }
 
+/* The resize of src into `sink`, without the GIL. Returns 0, or -1 with MemoryError set. */
+static int resize_into(const Py_buffer *src, int h_in, int w_in, int channels, int h_out,
+                       int w_out, const axis_arg *h, const axis_arg *v, const row_sink *sink)
+{
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = resample_image(src->buf, h_in, w_in, channels, h_out, w_out,
+                            h->present ? &h->plan : NULL, v->present ? &v->plan : NULL, sink);
+    Py_END_ALLOW_THREADS
+    if (status)
+        PyErr_NoMemory();
+    return status ? -1 : 0;
+}
+
 /* ---- resize ------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -113,12 +127,7 @@ static PyObject *py_resize(PyObject *self, PyObject *args)
         goto out;
     image_rows rows = {dst.buf, (size_t)w_out * channels};
     const row_sink sink = {image_row, NULL, &rows, 0};
-    Py_BEGIN_ALLOW_THREADS
-    status = resample_image(src.buf, h_in, w_in, channels, h_out, w_out,
-                            h.present ? &h.plan : NULL, v.present ? &v.plan : NULL, &sink);
-    Py_END_ALLOW_THREADS
-    if (status)
-        PyErr_NoMemory();
+    status = resize_into(&src, h_in, w_in, channels, h_out, w_out, &h, &v, &sink);
 out:
     axis_release(&h);
     axis_release(&v);
@@ -179,12 +188,7 @@ static PyObject *py_qwen_patches(PyObject *self, PyObject *args)
         goto out;
     }
     const row_sink sink = {qwen_patches_target, qwen_patches_row, &q, q.plane};
-    Py_BEGIN_ALLOW_THREADS
-    status = resample_image(src.buf, h_in, w_in, 3, h_out, w_out, h.present ? &h.plan : NULL,
-                            v.present ? &v.plan : NULL, &sink);
-    Py_END_ALLOW_THREADS
-    if (status)
-        PyErr_NoMemory();
+    status = resize_into(&src, h_in, w_in, 3, h_out, w_out, &h, &v, &sink);
 out:
     qwen_patches_close(&q);
     axis_release(&h);
@@ -236,12 +240,7 @@ static PyObject *py_tiles(PyObject *self, PyObject *args)
         goto out;
     }
     const row_sink sink = {tiles_target, tiles_row, &t, t.plane};
-    Py_BEGIN_ALLOW_THREADS
-    status = resample_image(src.buf, h_in, w_in, 3, t.height, t.width, h.present ? &h.plan : NULL,
-                            v.present ? &v.plan : NULL, &sink);
-    Py_END_ALLOW_THREADS
-    if (status)
-        PyErr_NoMemory();
+    status = resize_into(&src, h_in, w_in, 3, t.height, t.width, &h, &v, &sink);
 out:
     tiles_close(&t);
     axis_release(&h);
