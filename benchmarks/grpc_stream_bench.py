@@ -1,4 +1,4 @@
-"""Our streaming gRPC client (gateway.grpc_stream) against grpc.aio, on the same worker.
+"""Our streaming gRPC client (gateway.transport) against grpc.aio, on the same worker.
 
     python -m benchmarks.grpc_stream_bench [--streams 3000] [--concurrency 32] [--rounds 3]
 
@@ -27,8 +27,8 @@ import uvloop
 
 from benchmarks.gateway_bench import free_port, worker_ready
 from engine_server.tiny_models import ensure_model
-from gateway.grpc_stream import StreamChannel
-from gateway.worker import GENERATE_PATH
+from gateway.transport import StreamChannel
+from gateway.workers.worker import GENERATE_PATH
 from protos import vllm_engine_pb2 as pb
 from protos import vllm_engine_pb2_grpc as pb_grpc
 

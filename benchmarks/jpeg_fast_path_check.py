@@ -5,7 +5,7 @@
 Encodes photo-like and noise images of many sizes with Pillow (quality 50/90/100, 4:4:4, 4:2:2,
 4:2:0, progressive, optimized Huffman tables, restart intervals), with simplejpeg (4:4:0, 4:1:1)
 and, when libjpeg-turbo's ``cjpeg`` is on PATH, with cjpeg (odd sampling factors, arithmetic
-coding, RGB colour space, float DCT), adds the JPEGs under tests/images, and compares
+coding, RGB colour space, float DCT), adds the JPEGs under tests/support/images, and compares
 ``multimodal.decode.decode_pixels`` with vLLM's ``ImageMediaIO().load_bytes`` on each: same
 pixels (or both failing). Prints how many took the fast path and every difference; exits 1 on
 any. The tests run a smaller set (tests/test_jpeg_fast_path.py).
@@ -107,8 +107,10 @@ def cjpeg_cases(name: str, pixels: np.ndarray, folder: Path) -> Iterator[tuple[s
 
 
 def committed() -> Iterator[tuple[str, bytes]]:
-    for path in sorted((Path(__file__).parent.parent / "tests" / "images").glob("*.jp*g")):
-        yield f"tests/images/{path.name}", path.read_bytes()
+    for path in sorted(
+        (Path(__file__).parent.parent / "tests" / "support" / "images").glob("*.jp*g")
+    ):
+        yield f"tests/support/images/{path.name}", path.read_bytes()
 
 
 def all_cases(quick: bool) -> Iterator[tuple[str, bytes]]:

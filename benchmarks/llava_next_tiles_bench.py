@@ -35,6 +35,7 @@ from benchmarks.preprocess_bench import (  # noqa: E402
     our_decode,
     photo_like,
 )
+from gateway.render.model_files import ModelFiles  # noqa: E402
 from multimodal import native  # noqa: E402
 from multimodal.registry import processor_for  # noqa: E402
 
@@ -46,7 +47,9 @@ def variants(processor, data: bytes, raw: bool) -> dict[str, Callable[[], np.nda
         def call() -> np.ndarray:
             processor._tiles_kept = direct
             image = np.asarray(our_decode(data))
-            return processor.process([image], {}, raw_pixels=raw).tensors["pixel_values"]
+            return processor.process([image], processor.resolve({}), raw_pixels=raw).tensors[
+                "pixel_values"
+            ]
 
         return call
 
@@ -62,7 +65,7 @@ def main() -> None:
     if not native.AVAILABLE:
         raise SystemExit("the native kernels are not built: pip install -e .")
     with tempfile.TemporaryDirectory() as tmp:
-        processor = processor_for(build_llava("llava_next")(Path(tmp) / "model"))
+        processor = processor_for(ModelFiles.load(build_llava("llava_next")(Path(tmp) / "model")))
     print(f"kernels {native.simd_level()}, load average at start {load_average()}")
     kind = "float32" if args.float else "uint8"
     print(f"{kind}, ms, median of {args.repeats} interleaved rounds\n")

@@ -350,8 +350,8 @@ def stream_sender(args: argparse.Namespace):
     """Generate through the gateway's own HTTP/2 client, the request serialized once: the
     cheapest way to call the worker, so the direct baseline is the worker's own time (grpcio's
     Python client spends 6.6 ms of CPU sending a 1.8 MB image request)."""
-    from gateway.grpc_stream import StreamChannel
-    from gateway.worker import GENERATE_PATH
+    from gateway.transport import StreamChannel
+    from gateway.workers.worker import GENERATE_PATH
     from protos import vllm_engine_pb2 as pb
 
     template = load_generate_request(args.grpc_request, args.stream)

@@ -53,6 +53,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 
+from gateway.render.model_files import ModelFiles  # noqa: E402
 from multimodal import decode, native  # noqa: E402
 from multimodal.decode import decode_image, decode_pixels  # noqa: E402
 from multimodal.policy import MediaPolicy  # noqa: E402
@@ -150,7 +151,7 @@ def build_qwen_variant(model_type: str, preprocessor: dict) -> Callable[[Path], 
 def build_llava(kind: str) -> Callable[[Path], Path]:
     def build(out_dir: Path) -> Path:
         # The parity tests' builder: llava-hf's CLIP-336 processor configs.
-        from tests.test_processor_llava import build_model
+        from tests.support.llava_models import build_model
 
         out_dir.mkdir(parents=True, exist_ok=True)
         return build_model(out_dir, kind)
@@ -234,7 +235,9 @@ def our_decode(data: bytes) -> Image.Image | np.ndarray:
 
 def ours(processor, image: Image.Image | np.ndarray, raw: bool) -> np.ndarray:
     # np.asarray as LoadedImage.pixels does it: a copy for PIL images, none for arrays.
-    return processor.process([np.asarray(image)], {}, raw_pixels=raw).tensors["pixel_values"]
+    return processor.process([np.asarray(image)], processor.resolve({}), raw_pixels=raw).tensors[
+        "pixel_values"
+    ]
 
 
 def theirs(image_processor, image: Image.Image, raw: bool) -> np.ndarray:
@@ -293,7 +296,7 @@ def bench_family(
 ) -> list[dict[str, object]]:
     from transformers import AutoImageProcessor
 
-    processor = processor_for(model_dir)
+    processor = processor_for(ModelFiles.load(model_dir))
     image_processor = AutoImageProcessor.from_pretrained(model_dir)
     rows = []
     for (width, height), fmt in encoded:
@@ -325,7 +328,7 @@ _WORKER: dict[str, object] = {}
 
 
 def _init_worker(model_dir: str, fast_jpeg: bool) -> None:
-    _WORKER["processor"] = processor_for(Path(model_dir))
+    _WORKER["processor"] = processor_for(ModelFiles.load(Path(model_dir)))
     decode.FAST_JPEG = fast_jpeg  # --no-fast-jpeg reaches the spawned processes too
 
 

@@ -73,7 +73,9 @@ def steps(width: int, height: int) -> dict[str, Callable[[], object]]:
     assert isinstance(decode_pixels(data, POLICY)[0], np.ndarray) == decode.FAST_JPEG
 
     def bytes_to_patches(raw: bool) -> object:
-        return processor.process([np.asarray(decode_pixels(data, POLICY)[0])], {}, raw)
+        return processor.process(
+            [np.asarray(decode_pixels(data, POLICY)[0])], processor.resolve({}), raw
+        )
 
     return {
         "decode (JPEG), decode_pixels": lambda: decode_pixels(data, POLICY),
@@ -90,8 +92,12 @@ def steps(width: int, height: int) -> dict[str, Callable[[], object]]:
         "native resize (both passes)": lambda: _kernels.resize(
             image, height, width, 3, both, out_h, out_w, h_axis, v_axis
         ),
-        "native processor u8 (resize + patches)": lambda: processor.process([image], {}, True),
-        "native processor f32 (+ normalize)": lambda: processor.process([image], {}, False),
+        "native processor u8 (resize + patches)": lambda: processor.process(
+            [image], processor.resolve({}), True
+        ),
+        "native processor f32 (+ normalize)": lambda: processor.process(
+            [image], processor.resolve({}), False
+        ),
         "numpy resize": lambda: resize(image, out_h, out_w, backend="numpy"),
         "numpy _patchify u8": lambda: processor._patchify(resized, True),
         "numpy _patchify f32": lambda: processor._patchify(resized, False),

@@ -10,7 +10,7 @@ gateway can build the bytes of a GenerateRequest with images:
   `generate.mm_inputs.CopyFrom`, `SerializeToString` and the gRPC length prefix, which is
   what the gateway did before;
 - pieces: `encode_multimodal_inputs` (in the thread), then on the event loop the request's
-  own fields serialized, the mm_inputs field header and `grpc_stream.MessageBody`, whose views
+  own fields serialized, the mm_inputs field header and `gateway.transport.MessageBody`, whose views
   go to the socket as they are.
 
 Both produce the same message (checked each run). Medians of `--repeats` runs, ms.
@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gateway.grpc_stream import MessageBody
-from multimodal.processors.base import ProcessedImages
+from gateway.transport import MessageBody
+from multimodal.processors.base import ProcessedItems
 from multimodal.wire import encode_multimodal_inputs, field_number, field_pieces, multimodal_inputs
 from protos import vllm_engine_pb2 as pb
 
@@ -40,7 +40,7 @@ def qwen_grid(width: int, height: int) -> tuple[int, int]:
     return round(height / 28) * 2, round(width / 28) * 2
 
 
-def processed_for(width: int, height: int, dtype: str) -> ProcessedImages:
+def processed_for(width: int, height: int, dtype: str) -> ProcessedItems:
     rows, cols = qwen_grid(width, height)
     rng = np.random.default_rng(0)
     shape = (rows * cols, PATCH)
@@ -49,7 +49,7 @@ def processed_for(width: int, height: int, dtype: str) -> ProcessedImages:
         if dtype == "uint8"
         else rng.standard_normal(shape, dtype=np.float32)
     )
-    return ProcessedImages(
+    return ProcessedItems(
         tensors={"pixel_values": pixels, "image_grid_thw": np.array([[1, rows, cols]])},
         flat_keys={"pixel_values": "image_grid_thw"},
         keep_on_cpu_keys=("image_grid_thw",),
@@ -64,7 +64,7 @@ def request() -> pb.GenerateRequest:
     )
 
 
-def message_path(processed: ProcessedImages, dtype: str | None) -> tuple[float, float, int]:
+def message_path(processed: ProcessedItems, dtype: str | None) -> tuple[float, float, int]:
     started = time.perf_counter()
     mm = multimodal_inputs(processed, [(5, 100)], ["0" * 64], dtype)
     built = time.perf_counter()
@@ -75,7 +75,7 @@ def message_path(processed: ProcessedImages, dtype: str | None) -> tuple[float, 
     return built - started, time.perf_counter() - built, len(body)
 
 
-def pieces_path(processed: ProcessedImages, dtype: str | None) -> tuple[float, float, int]:
+def pieces_path(processed: ProcessedItems, dtype: str | None) -> tuple[float, float, int]:
     started = time.perf_counter()
     pieces = encode_multimodal_inputs(processed, [(5, 100)], ["0" * 64], dtype)
     built = time.perf_counter()
@@ -83,7 +83,7 @@ def pieces_path(processed: ProcessedImages, dtype: str | None) -> tuple[float, f
     return built - started, time.perf_counter() - built, len(body)
 
 
-def same_message(processed: ProcessedImages, dtype: str | None) -> bool:
+def same_message(processed: ProcessedItems, dtype: str | None) -> bool:
     pieces = encode_multimodal_inputs(processed, [(5, 100)], ["0" * 64], dtype)
     sent = b"".join([request().SerializeToString(), *field_pieces(MM_INPUTS, pieces)])
     want = request()
@@ -91,7 +91,7 @@ def same_message(processed: ProcessedImages, dtype: str | None) -> bool:
     return pb.GenerateRequest.FromString(sent) == want
 
 
-def timed(path: Callable, processed: ProcessedImages, dtype: str | None, repeats: int):
+def timed(path: Callable, processed: ProcessedItems, dtype: str | None, repeats: int):
     runs = [path(processed, dtype) for _ in range(repeats)]
     return (
         1000 * statistics.median(r[0] for r in runs),

@@ -458,7 +458,7 @@ _BUILDERS: dict[str, Callable[[Path], Path]] = {
 
 def default_cache_root() -> Path:
     """`$MMGATE_CACHE/models` (default ~/.cache/mmgate/models). The gateway keeps model files
-    from workers' bundles beside it, in `bundles/` (gateway.model_files.cache_root)."""
+    from workers' bundles beside it, in `bundles/` (gateway.render.bundle.cache_root)."""
     env = os.environ.get("MMGATE_CACHE")
     return (Path(env).expanduser() if env else Path.home() / ".cache" / "mmgate") / "models"
 

@@ -1,4 +1,13 @@
-"""OpenAI-style error bodies: {"error": {"message", "type", "param", "code"}}."""
+"""Every error the gateway answers with, and the one mapping from errors to HTTP responses.
+
+All of them descend from `MmgateError` (multimodal.errors), which carries the HTTP status and
+the request field at fault; whatever raises one is answered with it as it is, by
+`error_response` (routes) or as the error event of a stream (`stream.sse`). The only
+translations are at the edges: a worker's gRPC status (`from_grpc`) and pydantic's validation
+errors (`parse_body`).
+
+The body is OpenAI's: {"error": {"message", "type", "param", "code"}}.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +18,40 @@ import grpc
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from multimodal.errors import MmgateError
+
+__all__ = [
+    "BundleError",
+    "ChatRequestError",
+    "GatewayError",
+    "MmgateError",
+    "SamplingError",
+    "error_body",
+    "error_response",
+    "from_grpc",
+]
+
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-class GatewayError(Exception):
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.param = param
+class GatewayError(MmgateError):
+    """A refusal by the serving layer itself, with its own status (404, 429, 502, 503...)."""
+
+
+class ChatRequestError(MmgateError):
+    """The messages cannot be rendered with the model's chat template."""
+
+    param = "messages"
+
+
+class SamplingError(MmgateError):
+    """A request the model's context or the wire cannot take; `param` names the field."""
+
+
+class BundleError(MmgateError):
+    """A worker's tokenizer bundle is damaged or unsafe to unpack."""
+
+    status = 502
 
 
 def error_body(message: str, status: int, param: str | None = None) -> dict:
@@ -31,7 +65,7 @@ def error_body(message: str, status: int, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
-def error_response(error: GatewayError) -> JSONResponse:
+def error_response(error: MmgateError) -> JSONResponse:
     return JSONResponse(error_body(error.message, error.status, error.param), error.status)
 
 

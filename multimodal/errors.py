@@ -1,9 +1,16 @@
-"""Typed failures of media loading.
+"""The one error root, `MmgateError`, and the typed failures of media loading.
 
-Every way a client-supplied image can be refused maps to one of these, so the gateway can answer
-with an HTTP 400 that names the offending image and the reason instead of a 500. Messages are
-written for the API client: they never contain resolved IP addresses or paths outside the
-operator's media root, which would leak internal topology.
+`MmgateError` is what mmgate raises on purpose: bad input from a client, a model or setting it
+cannot serve, a worker that misbehaved. It carries what the client is told: `status` (an HTTP
+status: 4xx the caller's fault, 5xx ours or a worker's) and `param` (the request field at
+fault). `gateway.errors` turns any of them into an OpenAI-style response, in one place, so no
+code path catches one kind to re-raise it as another. The root lives here, in the lowest
+package the gateway builds on, so that multimodal needs nothing from the gateway.
+
+Every way a client-supplied image can be refused maps to a `MediaError`, answered with a 400
+that names the image and the reason. Its messages are written for the API client: they never
+contain resolved IP addresses or paths outside the operator's media root, which would leak
+internal topology.
 """
 
 from __future__ import annotations
@@ -11,7 +18,26 @@ from __future__ import annotations
 from typing import ClassVar
 
 
-class MediaError(Exception):
+class MmgateError(Exception):
+    """Root of mmgate's errors; `status` and `param` default to the class's own."""
+
+    status: int = 400
+    param: str | None = None
+
+    def __init__(self, message: str, status: int | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+        if param is not None:
+            self.param = param
+
+    @property
+    def message(self) -> str:
+        """What the client reads."""
+        return str(self)
+
+
+class MediaError(MmgateError):
     """Base class: ``reason`` is the client-facing explanation, ``index`` the image position.
 
     ``index`` is ``None`` until a caller that knows the position (``load_images`` or the
@@ -20,6 +46,7 @@ class MediaError(Exception):
 
     # Stable, short identifier for metrics and structured error bodies.
     code: ClassVar[str] = "media_error"
+    param = "messages"
 
     def __init__(self, reason: str, *, index: int | None = None) -> None:
         super().__init__(reason)
@@ -30,6 +57,10 @@ class MediaError(Exception):
         if self.index is None:
             return self.reason
         return f"image {self.index}: {self.reason}"
+
+    @property
+    def message(self) -> str:
+        return f"invalid image: {self}"
 
 
 class MediaSourceError(MediaError):
@@ -76,4 +107,5 @@ __all__ = [
     "MediaSourceError",
     "MediaTimeoutError",
     "MediaTooLargeError",
+    "MmgateError",
 ]

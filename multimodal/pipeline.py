@@ -1,18 +1,46 @@
-"""From decoded images and a prompt with one anchor per image to the wire's MultimodalInputs."""
+"""From decoded items and a prompt with one anchor per item to the wire's MultimodalInputs.
+
+Per modality: resolve the request's options, process the items, hash each (bytes and every
+setting that changes its tensors); then expand every anchor at once (`multimodal.prompt`).
+Each modality becomes one MultimodalInputs on the wire: the first in `mm_inputs`, any others
+in `extra_mm_inputs`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from multimodal.hashing import item_hash, settings_fingerprint
-from multimodal.media import LoadedImage
-from multimodal.processors.base import ImageProcessor, ProcessedImages
-from multimodal.prompt import expand
-from multimodal.wire import FLOAT_DTYPES, Piece, encode_multimodal_inputs, multimodal_inputs
+from multimodal.processors.base import ItemProcessor, Modality, ProcessedItems
+from multimodal.prompt import Placeholders, Range, expand
+from multimodal.wire import (
+    FLOAT_DTYPES,
+    Piece,
+    encode_multimodal_inputs,
+    field_number,
+    field_pieces,
+    multimodal_inputs,
+)
 from protos import vllm_engine_pb2 as pb
+
+_MM_INPUTS = field_number(pb.GenerateRequest, "mm_inputs")
+_EXTRA_MM_INPUTS = field_number(pb.GenerateRequest, "extra_mm_inputs")
+
+
+class LoadedItem(Protocol):
+    """A decoded media item (multimodal.media.LoadedImage for images)."""
+
+    @property
+    def data(self) -> bytes: ...  # the bytes it came from: the input of its hash
+
+    @property
+    def pixels(self) -> np.ndarray: ...  # what its processor takes
 
 
 @dataclass(frozen=True)
@@ -33,35 +61,64 @@ class PixelEncoding:
 
 
 @dataclass
+class PreparedItems:
+    """One modality's items, ready for the wire."""
+
+    modality: Modality
+    processed: ProcessedItems
+    ranges: list[Range]
+    hashes: list[str]
+
+
+@dataclass
 class Prepared:
     prompt_ids: list[int]
-    processed: ProcessedImages
-    ranges: list[tuple[int, int]]
-    hashes: list[str]
+    parts: list[PreparedItems]  # one per modality, in the order of the request's items
     float_dtype: str | None  # what floating tensors are cast to on the wire (None: as they are)
 
     @functools.cached_property
-    def mm_inputs(self) -> pb.MultimodalInputs:
-        """The wire's MultimodalInputs message (copies every tensor into it)."""
-        return multimodal_inputs(self.processed, self.ranges, self.hashes, self.float_dtype)
+    def mm_inputs(self) -> list[pb.MultimodalInputs]:
+        """The wire's MultimodalInputs messages (copies every tensor into them)."""
+        return [
+            multimodal_inputs(p.processed, p.ranges, p.hashes, self.float_dtype, p.modality)
+            for p in self.parts
+        ]
 
-    def encoded_mm_inputs(self) -> list[Piece]:
-        """`mm_inputs` serialized, in pieces that view the tensors instead of copying them."""
-        return encode_multimodal_inputs(self.processed, self.ranges, self.hashes, self.float_dtype)
+    def request_fields(self) -> list[Piece]:
+        """The GenerateRequest fields that carry the items, serialized, in pieces that view the
+        tensors instead of copying them (appended to the request's own serialized fields)."""
+        pieces: list[Piece] = []
+        for number, part in zip(self._field_numbers(), self.parts):
+            encoded = encode_multimodal_inputs(
+                part.processed, part.ranges, part.hashes, self.float_dtype, part.modality
+            )
+            pieces += field_pieces(number, encoded)
+        return pieces
+
+    def _field_numbers(self) -> list[int]:
+        return [_MM_INPUTS] + [_EXTRA_MM_INPUTS] * (len(self.parts) - 1)
 
 
 def prepare(
-    processor: ImageProcessor,
+    groups: Sequence[tuple[ItemProcessor, Sequence[LoadedItem]]],
     prompt_ids: Sequence[int],
-    images: Sequence[LoadedImage],
-    options: Mapping[str, Any],
+    kwargs: Mapping[str, Any],
     encoding: PixelEncoding,
 ) -> Prepared:
-    """CPU-bound: callers on an event loop run it in a worker thread."""
-    resolved = processor.resolve_options(options)
-    processed = processor.process([i.pixels for i in images], resolved, encoding.raw)
-    ids, ranges = expand(prompt_ids, processor.anchor_token_id, processed.replacements)
-    fingerprint = settings_fingerprint(processor.family, resolved, encoding.name)
-    hashes = [item_hash(i.data, fingerprint) for i in images]
-    float_dtype = None if encoding.raw else encoding.float_dtype
-    return Prepared(ids, processed, ranges, hashes, float_dtype)
+    """`groups`: each modality's processor and its items in prompt order. CPU-bound: callers
+    on an event loop run it in a worker thread."""
+    parts, placeholders = [], []
+    for processor, items in groups:
+        settings = processor.resolve(kwargs)
+        processed = processor.process([i.pixels for i in items], settings, encoding.raw)
+        options = dataclasses.asdict(settings)
+        fingerprint = settings_fingerprint(processor.family, options, encoding.name)
+        hashes = [item_hash(i.data, fingerprint) for i in items]
+        parts.append(PreparedItems(processor.modality, processed, [], hashes))
+        placeholders.append(
+            Placeholders(processor.modality, processor.anchor_token_id, processed.replacements)
+        )
+    ids, ranges = expand(prompt_ids, placeholders)
+    for part, part_ranges in zip(parts, ranges):
+        part.ranges = part_ranges
+    return Prepared(ids, parts, None if encoding.raw else encoding.float_dtype)

@@ -1,44 +1,54 @@
-"""Which processor serves a model dir: the first family whose `matches` accepts its files."""
+"""Which processors serve a model: per modality, the first family whose `matches` accepts it."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from multimodal.processors.base import ImageProcessor, ModelFiles
+from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, UnsupportedModel
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
 
-FAMILIES: tuple[type[ImageProcessor], ...] = (QwenVLProcessor, LlavaProcessor, LlavaNextProcessor)
+FAMILIES: tuple[type[ItemProcessor], ...] = (QwenVLProcessor, LlavaProcessor, LlavaNextProcessor)
+
+__all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]
 
 
-class UnsupportedModel(LookupError):
-    pass
+@dataclass(frozen=True)
+class ModelProcessors:
+    """A model's processors, one per modality it takes; none for a text-only model."""
+
+    by_modality: Mapping[Modality, ItemProcessor] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_modality)
+
+    @property
+    def placeholders(self) -> dict[Modality, str]:
+        """The text vLLM writes per item into a "string"-format chat prompt, per modality."""
+        return {m: p.placeholder_text for m, p in self.by_modality.items()}
+
+    def get(self, modality: Modality) -> ItemProcessor:
+        processor = self.by_modality.get(modality)
+        if processor is None:
+            raise UnsupportedModel(f"this model does not accept {modality}s", param="messages")
+        return processor
 
 
-def read_model_files(model_dir: Path) -> ModelFiles:
-    model_dir = Path(model_dir)
-    config = _json(model_dir / "config.json")
-    preprocessor = _json(model_dir / "preprocessor_config.json")
-    if not preprocessor:
-        # transformers 5 nests the image processor's settings in processor_config.json.
-        preprocessor = _json(model_dir / "processor_config.json").get("image_processor", {})
-    tokenizer = _json(model_dir / "tokenizer.json")
-    vocab = dict(tokenizer.get("model", {}).get("vocab", {}))
-    vocab.update({t["content"]: t["id"] for t in tokenizer.get("added_tokens", [])})
-    return ModelFiles(config=config, preprocessor=preprocessor, vocab=vocab)
-
-
-def processor_for(model_dir: Path) -> ImageProcessor:
-    files = read_model_files(model_dir)
+def processors_for(files: ModelConfigs) -> ModelProcessors:
+    found: dict[Modality, ItemProcessor] = {}
     for family in FAMILIES:
-        if family.matches(files):
-            return family.from_files(files)
-    raise UnsupportedModel(
-        f"no image processor for model_type {files.config.get('model_type')!r} in {model_dir}"
-    )
+        if family.modality not in found and family.matches(files):
+            found[family.modality] = family.from_files(files)
+    return ModelProcessors(found)
 
 
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
+def processor_for(files: ModelConfigs, modality: Modality = "image") -> ItemProcessor:
+    """The model's processor for `modality`, or UnsupportedModel naming its model_type."""
+    processor = processors_for(files).by_modality.get(modality)
+    if processor is None:
+        raise UnsupportedModel(
+            f"no {modality} processor for model_type {files.config.get('model_type')!r}"
+        )
+    return processor

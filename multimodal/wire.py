@@ -17,12 +17,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from multimodal.processors.base import ProcessedImages
+from multimodal.processors.base import Modality, ProcessedItems
 from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 PRIMARY_KEY = "pixel_values"
+MODALITIES = {"image": common_pb2.IMAGE, "video": common_pb2.VIDEO, "audio": common_pb2.AUDIO}
 
 
 def to_bfloat16_bits(array: np.ndarray) -> np.ndarray:
@@ -72,11 +73,11 @@ def _cast(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def multimodal_inputs(
-    processed: ProcessedImages,
+    processed: ProcessedItems,
     ranges: Sequence[tuple[int, int]],
     hashes: Sequence[str],
     float_dtype: str | None = None,
-    modality: int = common_pb2.IMAGE,
+    modality: Modality = "image",
 ) -> pb.MultimodalInputs:
     tensors = processed.tensors
     return _message(
@@ -92,11 +93,11 @@ def multimodal_inputs(
 
 
 def encode_multimodal_inputs(
-    processed: ProcessedImages,
+    processed: ProcessedItems,
     ranges: Sequence[tuple[int, int]],
     hashes: Sequence[str],
     float_dtype: str | None = None,
-    modality: int = common_pb2.IMAGE,
+    modality: Modality = "image",
 ) -> list[Piece]:
     """`multimodal_inputs(...)` serialized, as pieces to send one after another; the tensors'
     bytes are views of their arrays (kept alive by the views). Fields are in another order
@@ -147,10 +148,10 @@ def _varint(value: int) -> bytes:
 
 
 def _message(
-    processed: ProcessedImages,
+    processed: ProcessedItems,
     ranges: Sequence[tuple[int, int]],
     hashes: Sequence[str],
-    modality: int,
+    modality: Modality,
     **tensors: object,
 ) -> pb.MultimodalInputs:
     """The message: every field but the tensors, and the tensors given here, if any."""
@@ -161,7 +162,7 @@ def _message(
         batched_keys=list(processed.batched_keys),
         flat_keys=dict(processed.flat_keys),
         keep_on_cpu_keys=list(processed.keep_on_cpu_keys),
-        modality=modality,
+        modality=MODALITIES[modality],
     )
     if processed.embed_token_id is not None:
         mm.im_token_id = processed.embed_token_id

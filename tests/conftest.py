@@ -1,15 +1,53 @@
+"""Fixtures every test may use (tiny model directories, built once per machine), and the fast
+loop's boundary.
+
+`pytest -m "not slow"` is the fast loop. Slow is every test under tests/e2e (marked here) and any
+other marked `slow`: whatever starts vLLM (an engine worker or a reference AsyncLLM), a gateway,
+SMG or a subprocess. A fast test that starts one of the peers in tests/support fails at once,
+naming itself, so the boundary holds as tests are added.
+"""
+
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.engines import ReferenceEngine, WorkerProcess
+from tests import support
+
+E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A Python child (our CLI, a script under test) makes a test slow too; other children
+    # (a library asking `lscpu`, say) do not.
+    start = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen, args, *rest, **kwargs) -> None:
+        command = [args] if isinstance(args, (str, bytes)) else list(args)
+        if command and command[0] == sys.executable:
+            support.refuse_in_fast_tests(f"a Python subprocess ({' '.join(command[1:3])} ...)")
+        start(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = guarded
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before the item's fixtures are set up: they may be what starts a peer.
+    support.running_fast_test = None if item.get_closest_marker("slow") else item.nodeid
 
 
 @pytest.fixture(scope="session")
-def model_cache(tmp_path_factory) -> Path:
+def model_cache() -> Path:
     # Built once per machine (deterministic); MMGATE_CACHE or ~/.cache/mmgate by default.
     from engine_server.tiny_models import default_cache_root
 
@@ -35,28 +73,3 @@ def embedding_model(model_cache) -> Path:
     from engine_server.tiny_models import ensure_model
 
     return ensure_model("embedding", model_cache)
-
-
-def _worker(model: Path, tmp_path_factory, name: str, **extra) -> Iterator[WorkerProcess]:
-    worker = WorkerProcess(model, tmp_path_factory.mktemp("logs") / f"{name}.log", **extra)
-    try:
-        yield worker.wait_ready()
-    finally:
-        worker.stop()
-
-
-@pytest.fixture(scope="session")
-def text_worker(text_model, tmp_path_factory) -> Iterator[WorkerProcess]:
-    # A random-weight model would pad JSON with whitespace until max_tokens; a vLLM engine
-    # argument passed through `mmgate engine` keeps structured outputs compact.
-    compact_json = {"backend": "xgrammar", "disable_any_whitespace": True}
-    yield from _worker(
-        text_model, tmp_path_factory, "text-worker", structured_outputs_config=compact_json
-    )
-
-
-@pytest.fixture(scope="module")
-def text_reference(text_model) -> Iterator[ReferenceEngine]:
-    ref = ReferenceEngine(text_model)
-    yield ref
-    ref.close()

@@ -2,87 +2,65 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from fastapi.responses import JSONResponse, StreamingResponse
-from tokenizers import Tokenizer
 
-from gateway import sse
-from gateway.chat import ChatRenderer, ChatRequestError, RenderedChat
-from gateway.detokenizer import added_tokens
+from gateway.api.protocol import ChatCompletionRequest
+from gateway.api.sampling import max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
-from gateway.logprobs import TokenTexts, chat_content, chat_logprobs
-from gateway.metrics import GatewayMetrics
-from gateway.pool import WorkerPool
-from gateway.protocol import UNTRUSTED_TEMPLATE, ChatCompletionRequest, ChatPromptFields
-from gateway.request_log import engine_request_id
-from gateway.sampling import SamplingError, max_tokens_for, to_proto, truncate_prompt
-from gateway.sse import ChunkWriter
-from gateway.streaming import Choice, Generation, Usage, per_choice
-from gateway.worker import Worker
-from multimodal.errors import MediaError
-from multimodal.media import MediaPolicy, decode_sources, download_all, needs_download
-from multimodal.pipeline import PixelEncoding, Prepared, prepare
-from multimodal.processors.base import ImageProcessor, OptionError
-from multimodal.prompt import PromptError
-from multimodal.wire import Piece, field_number, field_pieces
+from gateway.render.model_files import ModelFiles
+from gateway.render.prompt import Prompt, PromptBuilder
+from gateway.server.metrics import GatewayMetrics
+from gateway.server.request_log import engine_request_id
+from gateway.stream import sse
+from gateway.stream.generation import Choice, Generation, Usage, per_choice
+from gateway.stream.logprobs import TokenTexts, chat_content, chat_logprobs
+from gateway.stream.sse import ChunkWriter
+from gateway.workers.pool import WorkerPool
+from gateway.workers.worker import Worker, WorkerFacts
+from multimodal.wire import Piece
 from protos import vllm_engine_pb2 as pb
-
-_MM_INPUTS = field_number(pb.GenerateRequest, "mm_inputs")
-
-
-@dataclass
-class Prompt:
-    ids: list[int]
-    text: str
-    # With images: the serialized MultimodalInputs (pieces viewing the tensors) and their count.
-    mm_inputs: list[Piece] | None = None
-    images: int = 0
 
 
 class ChatService:
     def __init__(
         self,
         model_name: str,
-        renderer: ChatRenderer,
-        tokenizer: Tokenizer,
-        processor: ImageProcessor | None,
+        files: ModelFiles,
+        prompts: PromptBuilder,
         pool: WorkerPool,
-        media_policy: MediaPolicy,
-        http_client: httpx.AsyncClient,
         metrics: GatewayMetrics,
-        clean_up_spaces: bool = False,
+        token_texts: TokenTexts,
     ) -> None:
         self.model_name = model_name
-        self.renderer = renderer
-        self.tokenizer = tokenizer
-        self.added = added_tokens(tokenizer)
-        self.processor = processor
+        self.files = files
+        self.tokenizer = files.tokenizer
+        self.added = files.added_tokens
+        self.prompts = prompts
         self.pool = pool
-        self.media_policy = media_policy
-        self.http = http_client
         self.metrics = metrics
-        self.token_texts = TokenTexts(tokenizer, clean_up_spaces)
+        self.token_texts = token_texts
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(ChatCompletionRequest, body)
         check_model(request.model, self.model_name)
-        rendered = self._render(request)
+        rendered = self.prompts.render(request)
         worker = self.pool.pick(rendered.token_ids)
         facts = worker.facts
-        prompt = await self._expand(request, facts.pixels, rendered)
-        if prompt.mm_inputs is not None and not facts.supports_vision:
-            raise GatewayError("the engine worker does not accept images", 400, "messages")
-        if prompt.mm_inputs is not None:
-            _check_image_limit(prompt.images, facts)
+        prompt = await self.prompts.expand(request, facts.pixels, rendered)
+        if prompt.prepared is not None:
+            _check_items(prompt, facts)
         prompt.ids = _truncated(request.truncate_prompt_tokens, prompt, facts.max_context_length)
-        max_tokens = _max_tokens(request, len(prompt.ids), facts)
+        max_tokens = max_tokens_for(
+            request.requested_max_tokens(),
+            len(prompt.ids),
+            facts.max_context_length,
+            facts.sampling_defaults,
+        )
         generate = pb.GenerateRequest(
             request_id=f"chatcmpl-{engine_request_id(request.request_id)}",
             tokenized=pb.TokenizedInput(input_ids=prompt.ids, original_text=prompt.text),
@@ -90,106 +68,33 @@ class ChatService:
             # a non-streamed reply needs only the final message (one Complete per choice)
             stream=request.stream,
         )
-        # The pixels go out as a field appended to the serialized request, never copied into it.
-        tail = () if prompt.mm_inputs is None else field_pieces(_MM_INPUTS, prompt.mm_inputs)
-        run = _Run(self, request, worker, generate, prompt.ids, tail)
+        # The pixels go out as fields appended to the serialized request, never copied into it.
+        run = _Run(self, request, worker, generate, prompt.ids, prompt.request_fields)
         if request.stream:
             return sse.event_stream(run.sse())
         return JSONResponse(await run.complete())
 
-    async def prompt(self, request: ChatPromptFields, pixels: PixelEncoding) -> Prompt:
-        """Rendered, tokenized and (with images) preprocessed for an engine taking `pixels`."""
-        return await self._expand(request, pixels, self._render(request))
 
-    def _render(self, request: ChatPromptFields) -> RenderedChat:
-        if request.chat_template is not None:
-            raise GatewayError(UNTRUSTED_TEMPLATE, 400, "chat_template")
-        try:
-            # vLLM renders tools even with tool_choice "none" (unless told otherwise).
-            rendered = self.renderer.render(
-                request.messages,
-                add_generation_prompt=request.add_generation_prompt,
-                continue_final_message=request.continue_final_message,
-                tools=request.tools,
-                chat_template_kwargs=request.chat_template_kwargs,
-                add_special_tokens=request.add_special_tokens,
-            )
-        except ChatRequestError as error:
-            raise GatewayError(str(error), 400, "messages") from error
-        return rendered
-
-    async def _expand(
-        self, request: ChatPromptFields, pixels: PixelEncoding, rendered: RenderedChat
-    ) -> Prompt:
-        if not rendered.image_urls:
-            return Prompt(rendered.token_ids, rendered.prompt)
-        return await self._with_images(request, pixels, rendered)
-
-    async def _with_images(self, request, pixels: PixelEncoding, rendered) -> Prompt:
-        if self.processor is None:
-            raise GatewayError("this model does not accept images", 400, "messages")
-        urls = [url for url, _detail in rendered.image_urls]
-        try:
-            started = time.perf_counter()
-            downloaded: list[bytes | None] = [None] * len(urls)
-            if needs_download(urls):  # (data: URIs need no task, no turn of the event loop)
-                downloaded = await download_all(urls, self.media_policy, self.http)
-            fetched = time.perf_counter()
-            # Decoding and preprocessing in one worker thread: one hand-off of the GIL-bound
-            # glue between them instead of two (measured: 10-20% less gateway CPU per image
-            # request at 32 concurrent, benchmarks/RESULTS.md).
-            prepared, encoded = await asyncio.to_thread(
-                self._decode_and_prepare, urls, downloaded, request, pixels, rendered.token_ids
-            )
-            self.metrics.preprocess.labels("fetch").observe(fetched - started)
-            self.metrics.preprocess.labels("process").observe(time.perf_counter() - fetched)
-            self.metrics.images.inc(len(urls))
-        except MediaError as error:
-            raise GatewayError(f"invalid image: {error}", 400, "messages") from error
-        except (OptionError, PromptError) as error:
-            raise GatewayError(str(error), 400, "mm_processor_kwargs") from error
-        return Prompt(prepared.prompt_ids, rendered.prompt, encoded, len(prepared.ranges))
-
-    def _decode_and_prepare(
-        self, urls, downloaded, request, pixels, prompt_ids
-    ) -> tuple[Prepared, list[Piece]]:
-        images = decode_sources(urls, downloaded, self.media_policy)
-        options = request.mm_processor_kwargs or {}
-        prepared = prepare(self.processor, prompt_ids, images, options, pixels)
-        return prepared, prepared.encoded_mm_inputs()
-
-
-def _check_image_limit(images: int, facts) -> None:
-    # vLLM's own processor refuses these with this message; a worker fed preprocessed input
-    # may not (smg-grpc-servicer only advertises the limit), so the gateway holds to it.
-    limit = facts.mm_item_limits.get("image")
-    if limit is not None and images > limit:
-        message = f"At most {limit} image(s) may be provided in one prompt."
-        raise GatewayError(message, 400, "messages")
+def _check_items(prompt: Prompt, facts: WorkerFacts) -> None:
+    if not facts.supports_vision:
+        raise GatewayError("the engine worker does not accept images", 400, "messages")
+    for modality, count in prompt.item_counts().items():
+        # vLLM's own processor refuses these with this message; a worker fed preprocessed
+        # input may not (smg-grpc-servicer only advertises the limit), so the gateway holds
+        # to it.
+        limit = facts.mm_item_limits.get(modality)
+        if limit is not None and count > limit:
+            message = f"At most {limit} {modality}(s) may be provided in one prompt."
+            raise GatewayError(message, 400, "messages")
 
 
 def _truncated(keep: int | None, prompt: Prompt, max_model_len: int) -> list[int]:
-    try:
-        ids = truncate_prompt(prompt.ids, keep, max_model_len)
-    except SamplingError as error:
-        raise GatewayError(str(error), 400, error.param) from None
-    if prompt.mm_inputs is not None and len(ids) < len(prompt.ids):
+    ids = truncate_prompt(prompt.ids, keep, max_model_len)
+    if prompt.prepared is not None and len(ids) < len(prompt.ids):
         raise GatewayError(
             "truncate_prompt_tokens would cut a prompt with images", 400, "truncate_prompt_tokens"
         )
     return ids
-
-
-def _max_tokens(request: ChatCompletionRequest, prompt_len: int, facts) -> int:
-    try:
-        return max_tokens_for(
-            request.requested_max_tokens(),
-            prompt_len,
-            facts.max_context_length,
-            facts.sampling_defaults,
-        )
-    except SamplingError as error:
-        raise GatewayError(str(error), 400, error.param) from None
 
 
 class _Run:

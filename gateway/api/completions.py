@@ -9,19 +9,19 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
-from tokenizers import Tokenizer
 
-from gateway import sse
-from gateway.detokenizer import decode_prompt
+from gateway.api.protocol import CompletionRequest
+from gateway.api.sampling import max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
-from gateway.logprobs import Position, TokenTexts, completion_logprobs
-from gateway.metrics import GatewayMetrics
-from gateway.pool import WorkerPool
-from gateway.protocol import CompletionRequest
-from gateway.request_log import engine_request_id
-from gateway.sampling import SamplingError, max_tokens_for, to_proto, truncate_prompt
-from gateway.sse import ChunkWriter
-from gateway.streaming import Choice, Generation, Usage
+from gateway.render.model_files import ModelFiles
+from gateway.server.metrics import GatewayMetrics
+from gateway.server.request_log import engine_request_id
+from gateway.stream import sse
+from gateway.stream.detokenizer import decode_prompt
+from gateway.stream.generation import Choice, Generation, Usage
+from gateway.stream.logprobs import Position, TokenTexts, completion_logprobs
+from gateway.stream.sse import ChunkWriter
+from gateway.workers.pool import WorkerPool
 from protos import vllm_engine_pb2 as pb
 
 
@@ -29,15 +29,15 @@ class CompletionService:
     def __init__(
         self,
         model_name: str,
-        tokenizer: Tokenizer,
-        added: dict[int, str],
+        files: ModelFiles,
         pool: WorkerPool,
         metrics: GatewayMetrics,
-        clean_up_spaces: bool = False,
+        token_texts: TokenTexts,
     ) -> None:
-        self.model_name, self.tokenizer, self.added, self.pool = model_name, tokenizer, added, pool
-        self.metrics, self.clean_up_spaces = metrics, clean_up_spaces
-        self.token_texts = TokenTexts(tokenizer, clean_up_spaces)
+        self.model_name = model_name
+        self.tokenizer, self.added = files.tokenizer, files.added_tokens
+        self.clean_up_spaces = files.clean_up_spaces
+        self.pool, self.metrics, self.token_texts = pool, metrics, token_texts
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(CompletionRequest, body)
@@ -89,21 +89,16 @@ class CompletionService:
         facts = worker.facts
         if not ids:
             raise GatewayError("prompt must not be empty", 400, "prompt")
-        try:
-            ids = truncate_prompt(ids, request.truncate_prompt_tokens, facts.max_context_length)
-        except SamplingError as error:
-            raise GatewayError(str(error), 400, error.param) from None
+        ids = truncate_prompt(ids, request.truncate_prompt_tokens, facts.max_context_length)
         if ids and max(ids) >= facts.vocab_size:
             raise GatewayError(f"token id {max(ids)} is out of vocabulary", 400, "prompt")
-        try:
-            max_tokens = max_tokens_for(
-                request.requested_max_tokens(),
-                len(ids),
-                facts.max_context_length,
-                facts.sampling_defaults,
-            )
-        except SamplingError as error:
-            raise GatewayError(str(error), 400, "prompt") from None
+        max_tokens = max_tokens_for(
+            request.requested_max_tokens(),
+            len(ids),
+            facts.max_context_length,
+            facts.sampling_defaults,
+            prompt_param="prompt",
+        )
         return pb.GenerateRequest(
             request_id=request_id,
             tokenized=pb.TokenizedInput(input_ids=ids),

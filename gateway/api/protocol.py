@@ -22,13 +22,6 @@ UNSUPPORTED = (
 )
 
 
-# vLLM's words: a request may not bring its own template unless the operator trusts requests.
-UNTRUSTED_TEMPLATE = (
-    "Chat template is passed with request, but --trust-request-chat-template is not set. "
-    "Refused request with untrusted chat template."
-)
-
-
 class JsonSchema(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="allow")
     name: str | None = None

@@ -10,7 +10,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.protocol import SamplingFields
+from gateway.api.protocol import SamplingFields
+from gateway.errors import SamplingError
 from protos import vllm_engine_pb2 as pb
 
 OPENAI_DEFAULTS = {
@@ -24,24 +25,21 @@ OPENAI_DEFAULTS = {
 }
 
 
-class SamplingError(ValueError):
-    """A request the model's context or the wire cannot take; `param` names the field."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
 def max_tokens_for(
-    requested: int | None, prompt_len: int, max_model_len: int, defaults: Mapping[str, Any]
+    requested: int | None,
+    prompt_len: int,
+    max_model_len: int,
+    defaults: Mapping[str, Any],
+    prompt_param: str = "messages",
 ) -> int:
-    """vLLM's get_max_tokens: what fits in the context, capped by the request or default."""
+    """vLLM's get_max_tokens: what fits in the context, capped by the request or default.
+    `prompt_param`: the request field a too-long prompt came from."""
     if prompt_len > max_model_len:
         raise SamplingError(
             f"This model's maximum context length is {max_model_len} tokens. However, your "
             f"request has {prompt_len} input tokens. Please reduce the length of the input "
             "messages.",
-            "messages",
+            param=prompt_param,
         )
     room = max_model_len - prompt_len
     wanted = requested if requested is not None else defaults.get("max_tokens")
@@ -84,7 +82,7 @@ def to_proto(
 def _top_k(value: int) -> int:
     # vLLM takes -1 or 0 for "no top-k"; the wire's uint32 says 0.
     if value < -1:
-        raise SamplingError("top_k must be -1 (disabled) or at least 1", "top_k")
+        raise SamplingError("top_k must be -1 (disabled) or at least 1", param="top_k")
     return max(value, 0)
 
 
@@ -92,7 +90,7 @@ def _logit_bias(bias: Mapping[str, float] | None) -> dict[int, float]:
     try:
         return {int(token): float(value) for token, value in (bias or {}).items()}
     except ValueError:
-        raise SamplingError("logit_bias keys must be token ids", "logit_bias") from None
+        raise SamplingError("logit_bias keys must be token ids", param="logit_bias") from None
 
 
 def _set_optional(params: pb.SamplingParams, request: SamplingFields) -> None:
@@ -138,7 +136,7 @@ def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> lis
         raise SamplingError(
             f"truncate_prompt_tokens={keep} cannot be greater than max_model_len="
             f"{max_model_len}. Please request a smaller truncation size.",
-            "truncate_prompt_tokens",
+            param="truncate_prompt_tokens",
         )
     if keep < 0:
         keep = max_model_len - 1

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.detokenizer import decode_prompt
+from gateway.api.protocol import DetokenizeRequest, TokenizeChatRequest, TokenizeCompletionRequest
 from gateway.errors import GatewayError, check_model, parse_body
-from gateway.protocol import DetokenizeRequest, TokenizeChatRequest, TokenizeCompletionRequest
-from gateway.serving_chat import ChatService
+from gateway.render.model_files import ModelFiles
+from gateway.render.prompt import PromptBuilder
+from gateway.stream.detokenizer import decode_prompt
 from multimodal.pipeline import PixelEncoding
 
 # Token ids do not depend on the pixel encoding; uint8 is the cheapest to produce.
@@ -19,19 +20,22 @@ _IDS_ONLY = PixelEncoding(raw=True)
 
 
 class TokenizeService:
-    def __init__(self, chat: ChatService, max_model_len: int, clean_up_spaces: bool) -> None:
-        self.chat = chat
-        self.tokenizer = chat.tokenizer
+    def __init__(
+        self, model_name: str, files: ModelFiles, prompts: PromptBuilder, max_model_len: int
+    ) -> None:
+        self.model_name = model_name
+        self.tokenizer = files.tokenizer
+        self.clean_up_spaces = files.clean_up_spaces
+        self.prompts = prompts
         self.max_model_len = max_model_len
-        self.clean_up_spaces = clean_up_spaces
 
     async def tokenize(self, body: Any) -> dict:
         is_chat = isinstance(body, dict) and "messages" in body
         model = TokenizeChatRequest if is_chat else TokenizeCompletionRequest
         request = parse_body(model, body)
-        check_model(request.model, self.chat.model_name)
+        check_model(request.model, self.model_name)
         if is_chat:
-            ids = (await self.chat.prompt(request, _IDS_ONLY)).ids
+            ids = (await self.prompts.build(request, _IDS_ONLY)).ids
         else:
             ids = self.tokenizer.encode(
                 request.prompt, add_special_tokens=request.add_special_tokens
@@ -46,7 +50,7 @@ class TokenizeService:
 
     async def detokenize(self, body: Any) -> dict:
         request = parse_body(DetokenizeRequest, body)
-        check_model(request.model, self.chat.model_name)
+        check_model(request.model, self.model_name)
         vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
         if bad := [t for t in request.tokens if not 0 <= t < vocab]:
             raise GatewayError(f"token id {bad[0]} is out of vocabulary", 400, "tokens")

@@ -99,7 +99,8 @@ async def _start_worker(model, port: int):
 async def _start_gateway(model, worker_port: int, port: int):
     import uvicorn
 
-    from gateway.app import GatewayConfig, create_app
+    from gateway.server.app import create_app
+    from gateway.server.config import GatewayConfig
 
     config = GatewayConfig(
         model=model, workers=[f"grpc://127.0.0.1:{worker_port}"], served_model_name=SERVED_NAME

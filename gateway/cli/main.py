@@ -33,20 +33,16 @@ def main(argv: list[str] | None = None) -> int:
         # fight them (and the event loop) for the cores.
         for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")
-        from gateway.serve_cli import main as serve_main
+        from gateway.cli.serve import main as serve_main
 
         return serve_main(rest)
     if command == "preprocess":
-        from gateway.preprocess_cli import main as preprocess_main
+        from gateway.cli.preprocess import main as preprocess_main
 
         return preprocess_main(rest)
     if command == "demo":
-        from gateway.demo import main as demo_main
+        from gateway.cli.demo import main as demo_main
 
         return demo_main(rest)
     print(f"mmgate: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

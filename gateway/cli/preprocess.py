@@ -12,19 +12,23 @@ from typing import Any
 
 import numpy as np
 
-from gateway.chat_template import load_chat_template, render
-from multimodal.errors import MediaError
-from multimodal.media import MediaPolicy, load_images
-from multimodal.pipeline import PixelEncoding, Prepared, prepare
-from multimodal.registry import processor_for
+from gateway.api.protocol import ChatPromptFields
+from gateway.render.model_files import ModelFiles, is_model_dir
+from gateway.render.prompt import Prompt, PromptBuilder
+from gateway.render.renderer import ChatRenderer
+from gateway.render.templates import read_chat_template_arg
+from multimodal.errors import MmgateError
+from multimodal.media import MediaPolicy
+from multimodal.pipeline import PixelEncoding
+from multimodal.registry import processors_for
 
 DESCRIPTION = """\
-Preprocess images exactly as the gateway does: load (path, file://, http(s) or data URI),
-decode, resize/normalize with the model's processor, render the chat template with one image
-placeholder per image, expand the placeholders. Prints tensor names, shapes and dtypes, the
-expanded token ids, placeholder ranges, hashes and field layouts (--json for all of it as JSON),
-optionally saves the tensors (--out FILE.npz) and compares with transformers' processor
-(--compare-hf).
+Preprocess one chat turn exactly as the gateway does, with the gateway's own code: the images
+(path, file://, http(s) or data URI) then --text as one user message, rendered with the model's
+chat template, tokenized, the images decoded and resized/normalized by the model's processor,
+their placeholders expanded. Prints tensor names, shapes and dtypes, the expanded token ids,
+placeholder ranges, hashes and field layouts (--json for all of it as JSON), optionally saves
+the tensors (--out FILE.npz) and compares with transformers' processor (--compare-hf).
 """
 
 
@@ -40,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="uint8 for engines that normalize on device (vLLM's default), else float dtype",
     )
     p.add_argument("--mm-processor-kwargs", type=json.loads, default={}, help="JSON object")
+    p.add_argument("--chat-template", help="a chat template file or string overriding the model's")
     p.add_argument("--allowed-media-domains", nargs="*", default=None, help="URL host allow-list")
     p.add_argument("--allow-private-networks", action="store_true", help="allow e.g. localhost")
     p.add_argument("--out", type=Path, help="write tensors, ids and ranges to this .npz")
@@ -64,38 +69,45 @@ def _policy(args: argparse.Namespace) -> MediaPolicy:
     )
 
 
-def _prompt_ids(model: Path, count: int, text: str) -> tuple[str, list[int]]:
-    from tokenizers import Tokenizer
+def _request(args: argparse.Namespace) -> ChatPromptFields:
+    images = [{"type": "image_url", "image_url": {"url": _source(i)}} for i in args.image]
+    content = [*images, {"type": "text", "text": args.text}]
+    return ChatPromptFields(
+        messages=[{"role": "user", "content": content}],
+        mm_processor_kwargs=args.mm_processor_kwargs,
+    )
 
-    config = json.loads((model / "tokenizer_config.json").read_text())
-    specials = {k: v for k, v in config.items() if k.endswith("_token") and isinstance(v, str)}
-    content = [{"type": "image"}] * count + [{"type": "text", "text": text}]
-    prompt = render(load_chat_template(model), [{"role": "user", "content": content}], **specials)
-    tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
-    return prompt, tokenizer.encode(prompt, add_special_tokens=False).ids
+
+def _builder(args: argparse.Namespace) -> PromptBuilder:
+    files = ModelFiles.load(args.model)
+    processors = processors_for(files)
+    template = read_chat_template_arg(args.chat_template) if args.chat_template else None
+    renderer = ChatRenderer(files, processors.placeholders, chat_template=template)
+    return PromptBuilder(renderer, processors, _policy(args))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    processor = processor_for(args.model)
-    images = asyncio.run(load_images([_source(i) for i in args.image], _policy(args)))
-    prompt, ids = _prompt_ids(args.model, len(images), args.text)
+    builder = _builder(args)
+    processor = builder.processors.get("image")
     encoding = PixelEncoding(raw=args.pixels == "uint8", float_dtype=args.pixels)
-    prepared = prepare(processor, ids, images, args.mm_processor_kwargs, encoding)
-    report = summary(processor.family, prepared)
+    prompt = asyncio.run(builder.build(_request(args), encoding, keep_items=True))
+    report = summary(processor.family, prompt)
+    (images,) = prompt.prepared.parts
     if args.out:
         np.savez(
             args.out,
-            prompt_ids=np.asarray(prepared.prompt_ids),
-            ranges=np.asarray(prepared.ranges),
-            **prepared.processed.tensors,
+            prompt_ids=np.asarray(prompt.ids),
+            ranges=np.asarray(images.ranges),
+            **images.processed.tensors,
         )
     if args.compare_hf:
-        report["compare_hf"] = compare_hf(args, prompt, images, prepared)
+        report["compare_hf"] = compare_hf(args, prompt)
     return report
 
 
-def summary(family: str, prepared: Prepared) -> dict[str, Any]:
-    p = prepared.processed
+def summary(family: str, prompt: Prompt) -> dict[str, Any]:
+    (images,) = prompt.prepared.parts
+    p = images.processed
     return {
         "processor": family,
         "tensors": {
@@ -107,10 +119,10 @@ def summary(family: str, prepared: Prepared) -> dict[str, Any]:
             }
             for k, v in p.tensors.items()
         },
-        "wire_dtype": prepared.mm_inputs.pixel_values.dtype,
-        "prompt_ids": prepared.prompt_ids,
-        "placeholders": [{"offset": o, "length": n} for o, n in prepared.ranges],
-        "hashes": prepared.hashes,
+        "wire_dtype": prompt.prepared.mm_inputs[0].pixel_values.dtype,
+        "prompt_ids": prompt.ids,
+        "placeholders": [{"offset": o, "length": n} for o, n in images.ranges],
+        "hashes": images.hashes,
         "batched_keys": list(p.batched_keys),
         "flat_keys": dict(p.flat_keys),
         "keep_on_cpu_keys": list(p.keep_on_cpu_keys),
@@ -118,22 +130,23 @@ def summary(family: str, prepared: Prepared) -> dict[str, Any]:
     }
 
 
-def compare_hf(args, prompt: str, images, prepared: Prepared) -> dict[str, Any]:
+def compare_hf(args: argparse.Namespace, prompt: Prompt) -> dict[str, Any]:
     from transformers import AutoProcessor
 
     hf = AutoProcessor.from_pretrained(args.model)
     extra = {"do_rescale": False, "do_normalize": False} if args.pixels == "uint8" else {}
     out = hf(
-        text=[prompt],
-        images=[i.image for i in images],
+        text=[prompt.text],
+        images=[i.image for i in prompt.items],
         return_tensors="np",
         **extra,
         **args.mm_processor_kwargs,
     )
     result: dict[str, Any] = {
-        "prompt_ids_equal": [int(i) for i in out["input_ids"][0]] == prepared.prompt_ids
+        "prompt_ids_equal": [int(i) for i in out["input_ids"][0]] == prompt.ids
     }
-    for key, ours in prepared.processed.tensors.items():
+    (images,) = prompt.prepared.parts
+    for key, ours in images.processed.tensors.items():
         if key not in out:
             result[key] = "not produced by transformers (a sizes tensor for the wire)"
             continue
@@ -164,10 +177,13 @@ def print_human(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not is_model_dir(args.model):
+        parser.error(f"{args.model} is not a model directory (it has no tokenizer.json)")
     try:
         report = run(args)
-    except (MediaError, ValueError, LookupError) as error:
+    except (MmgateError, ValueError) as error:
         print(f"mmgate preprocess: {error}", file=sys.stderr)
         return 1
     if args.json:

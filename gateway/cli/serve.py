@@ -6,8 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from gateway.app import AdmissionConfig
-from gateway.pool import PoolOptions
+from gateway.server.config import AdmissionConfig
+from gateway.workers.pool import PoolOptions
 
 DESCRIPTION = """\
 OpenAI-compatible HTTP server that renders chat templates, tokenizes, fetches and preprocesses
@@ -84,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _pool_arguments(p: argparse.ArgumentParser) -> None:
-    from gateway.routing import POLICIES
-    from gateway.worker import STREAM_CLIENTS
+    from gateway.workers.routing import POLICIES
+    from gateway.workers.worker import STREAM_CLIENTS
 
     g = p.add_argument_group("workers: routing, health and admission")
     d = PoolOptions()
@@ -158,9 +158,10 @@ def _pool_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str]) -> int:
     import uvicorn
 
-    from gateway.app import CorsConfig, GatewayConfig, create_app
-    from gateway.chat import read_chat_template_arg
-    from gateway.request_log import configure_logging
+    from gateway.render.templates import read_chat_template_arg
+    from gateway.server.app import create_app
+    from gateway.server.config import CorsConfig, GatewayConfig
+    from gateway.server.request_log import configure_logging
     from multimodal.media import MediaPolicy
 
     parser = build_parser()

@@ -1,8 +1,9 @@
-"""Where the gateway reads the model's tokenizer, chat template and preprocessor config.
+"""Model files from a worker, for a gateway that has no copy of the model.
 
 `--model` is a local directory, or any name (e.g. a hub id) when the gateway has no copy: then
 the files come from a worker's GetTokenizer bundle (a zip, sha256-checked), unpacked once into
-`$MMGATE_CACHE/bundles/<digest>` (default ~/.cache/mmgate).
+`$MMGATE_CACHE/bundles/<digest>` (default ~/.cache/mmgate), and read from there by
+`ModelFiles.load` as any model directory.
 """
 
 from __future__ import annotations
@@ -16,22 +17,17 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from gateway.errors import BundleError
+from gateway.render.model_files import is_model_dir
+
 log = logging.getLogger("mmgate.gateway")
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
-
-
-class BundleError(RuntimeError):
-    pass
 
 
 def cache_root() -> Path:
     """`$MMGATE_CACHE` (default ~/.cache/mmgate); tiny test models live in its `models/`."""
     env = os.environ.get("MMGATE_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "mmgate"
-
-
-def is_model_dir(path: Path) -> bool:
-    return (path / "tokenizer.json").is_file()
 
 
 def unpack_bundle(data: bytes, digest: str, root: Path | None = None) -> Path:

@@ -13,8 +13,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from gateway.errors import GatewayError, parse_body
-from gateway.worker import Worker
+from gateway.errors import parse_body
+from gateway.workers.worker import Worker
 
 
 class WorkerRef(BaseModel):
@@ -49,19 +49,13 @@ def admin_routes() -> APIRouter:
     @router.post("/workers")
     async def add_worker(request: Request) -> JSONResponse:
         ref = parse_body(WorkerRef, await request.json())
-        try:
-            worker = await request.app.state.pool.add(ref.url)
-        except ValueError as error:
-            raise GatewayError(str(error), 400, "url") from None
+        worker = await request.app.state.pool.add(ref.url)
         return JSONResponse(describe(worker), 201)
 
     @router.delete("/workers")
     async def remove_worker(request: Request) -> JSONResponse:
         ref = parse_body(WorkerRef, await request.json())
-        try:
-            worker = request.app.state.pool.remove(ref.url)
-        except KeyError:
-            raise GatewayError(f"no worker {ref.url}", 404, "url") from None
+        worker = request.app.state.pool.remove(ref.url)
         return JSONResponse(describe(worker), 202)
 
     return router

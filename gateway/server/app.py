@@ -1,36 +1,41 @@
-"""The HTTP routes; the work is done by the services they call."""
+"""The HTTP app: routes, the services behind them, and the middleware around them.
+
+At start the pool connects to the workers, the model's files are loaded once (from `--model`,
+or from a worker's bundle), and every service is built on them. The generation routes are
+served by `HotRoutes` inside the middleware; the others by FastAPI.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp
-from tokenizers import Tokenizer
 
-from gateway.admin import admin_routes
-from gateway.admission import Admission
-from gateway.chat import ChatRenderer
-from gateway.errors import GatewayError, error_body, error_response
-from gateway.hot_routes import Handler, HotRoutes, parse_json
-from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
-from gateway.model_files import is_model_dir, unpack_bundle
-from gateway.pool import PoolOptions, WorkerPool
-from gateway.serving_chat import ChatService
-from gateway.serving_completion import CompletionService
-from gateway.serving_embedding import EmbeddingService
-from gateway.serving_tokenize import TokenizeService
+from gateway.api.chat import ChatService
+from gateway.api.completions import CompletionService
+from gateway.api.embeddings import EmbeddingService
+from gateway.api.tokenize import TokenizeService
+from gateway.errors import MmgateError, error_body, error_response
+from gateway.render.bundle import unpack_bundle
+from gateway.render.model_files import ModelFiles, is_model_dir
+from gateway.render.prompt import PromptBuilder
+from gateway.render.renderer import ChatRenderer
+from gateway.server.admin import admin_routes
+from gateway.server.admission import Admission
+from gateway.server.config import GatewayConfig
+from gateway.server.hot_routes import Handler, HotRoutes, parse_json
+from gateway.server.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.server.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
+from gateway.stream.logprobs import TokenTexts
+from gateway.workers.pool import WorkerPool
 from multimodal.fetch import create_http_client
-from multimodal.media import MediaPolicy
-from multimodal.registry import UnsupportedModel, processor_for
+from multimodal.registry import processors_for
 
 VERSION = "0.1.0"
 # Served by HotRoutes (the parsed JSON body straight to the service), not by FastAPI's router.
@@ -40,40 +45,6 @@ GENERATION_ROUTES: dict[str, Handler] = {
     "/v1/embeddings": lambda state, body: state.embeddings.create(body),
 }
 log = logging.getLogger("mmgate.gateway")
-
-
-@dataclass
-class CorsConfig:
-    """vLLM's --allowed-origins/methods/headers and --allow-credentials; no origins by default."""
-
-    allowed_origins: list[str] = field(default_factory=list)
-    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
-    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
-    allow_credentials: bool = False
-
-
-@dataclass
-class AdmissionConfig:
-    """At most max_in_flight generation requests at once, max_queue waiting (429 beyond),
-    each waiting at most queue_timeout seconds (503 after)."""
-
-    max_in_flight: int = 256
-    max_queue: int = 1024
-    queue_timeout: float = 30.0
-
-
-@dataclass
-class GatewayConfig:
-    model: Path  # a local model directory, or a name whose files come from the workers
-    workers: list[str]
-    served_model_name: str | None = None
-    chat_template: str | None = None
-    media_policy: MediaPolicy = field(default_factory=MediaPolicy)
-    api_keys: list[str] = field(default_factory=list)
-    cors: CorsConfig = field(default_factory=CorsConfig)
-    worker_dns: list[str] = field(default_factory=list)
-    pool: PoolOptions = field(default_factory=PoolOptions)
-    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
 
 def create_app(config: GatewayConfig) -> ASGIApp:
@@ -103,8 +74,8 @@ def create_app(config: GatewayConfig) -> ASGIApp:
 
 
 def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> None:
-    @app.exception_handler(GatewayError)
-    async def _gateway_error(request: Request, error: GatewayError) -> JSONResponse:
+    @app.exception_handler(MmgateError)
+    async def _mmgate_error(request: Request, error: MmgateError) -> JSONResponse:
         return error_response(error)
 
     @app.get("/health")
@@ -123,7 +94,7 @@ def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> Non
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict:
-        name = request.app.state.chat.model_name
+        name = request.app.state.model_name
         return {
             "object": "list",
             "data": [
@@ -158,24 +129,17 @@ async def _model_dir(model: Path, pool: WorkerPool) -> Path:
 
 
 def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts, http, metrics):
-    clean_up = _clean_up_spaces(model_dir)
-    chat = ChatService(
-        model_name=config.served_model_name or str(config.model),
-        renderer=ChatRenderer.from_model_dir(model_dir, config.chat_template),
-        tokenizer=Tokenizer.from_file(str(model_dir / "tokenizer.json")),
-        processor=_image_processor(model_dir),
-        pool=pool,
-        media_policy=config.media_policy,
-        http_client=http,
-        metrics=metrics,
-        clean_up_spaces=clean_up,
-    )
-    app.state.chat = chat
-    app.state.completions = CompletionService(
-        chat.model_name, chat.tokenizer, chat.added, pool, metrics, clean_up
-    )
-    app.state.embeddings = EmbeddingService(chat.model_name, chat.tokenizer, pool)
-    app.state.tokenize = TokenizeService(chat, facts.max_context_length, clean_up)
+    files = ModelFiles.load(model_dir)
+    processors = processors_for(files)
+    renderer = ChatRenderer(files, processors.placeholders, chat_template=config.chat_template)
+    prompts = PromptBuilder(renderer, processors, config.media_policy, http, metrics)
+    token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
+    name = config.served_model_name or str(config.model)
+    app.state.model_name = name
+    app.state.chat = ChatService(name, files, prompts, pool, metrics, token_texts)
+    app.state.completions = CompletionService(name, files, pool, metrics, token_texts)
+    app.state.embeddings = EmbeddingService(name, files.tokenizer, pool)
+    app.state.tokenize = TokenizeService(name, files, prompts, facts.max_context_length)
 
 
 def _middleware(
@@ -202,20 +166,5 @@ def _middleware(
     return RequestMiddleware(stack, metrics, routes)
 
 
-def _clean_up_spaces(model: Path) -> bool:
-    try:
-        config = json.loads((model / "tokenizer_config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return bool(config.get("clean_up_tokenization_spaces", False))
-
-
 async def _json(request: Request) -> object:
     return parse_json(await request.body())
-
-
-def _image_processor(model: Path):
-    try:
-        return processor_for(model)
-    except UnsupportedModel:
-        return None

@@ -21,7 +21,7 @@ from starlette.datastructures import State
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import GatewayError, error_body, error_response
+from gateway.errors import GatewayError, MmgateError, error_body, error_response
 
 log = logging.getLogger("mmgate.gateway")
 # What a route calls: the app's state (where the services live) and the parsed JSON body.
@@ -48,7 +48,9 @@ class HotRoutes:
             return  # the client left before it finished sending
         try:
             reply = await handler(self.state, parse_json(raw))
-        except GatewayError as error:
+        except MmgateError as error:
+            if error.status >= 500:
+                log.error("%s failed: %s", scope["path"], error.message)
             reply = error_response(error)
         except Exception:  # a bug: logged, and the client still gets an OpenAI-style error
             log.exception("%s failed", scope["path"])

@@ -14,11 +14,11 @@ from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.admission import Admission
 from gateway.errors import GatewayError, error_body
-from gateway.metrics import GatewayMetrics
-from gateway.pool import lease_scope
-from gateway.request_log import bind_request_id, current_request_id, unbind_request_id
+from gateway.server.admission import Admission
+from gateway.server.metrics import GatewayMetrics
+from gateway.server.request_log import bind_request_id, current_request_id, unbind_request_id
+from gateway.workers.pool import lease_scope
 
 access_log = logging.getLogger("mmgate.access")
 

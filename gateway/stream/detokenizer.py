@@ -153,10 +153,6 @@ class IncrementalText:
             return self._stream.step(self._tokenizer, token)
 
 
-def added_tokens(tokenizer: Tokenizer) -> dict[int, str]:
-    return {tid: tok.content for tid, tok in tokenizer.get_added_tokens_decoder().items()}
-
-
 _CLEANUPS = (
     (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
     (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 import grpc
 from tokenizers import Tokenizer
 
-from gateway.detokenizer import IncrementalText, TextOptions
+from gateway.api.protocol import SamplingFields
 from gateway.errors import GatewayError, from_grpc
-from gateway.logprobs import Position
-from gateway.metrics import GatewayMetrics
-from gateway.protocol import SamplingFields
-from gateway.worker import WORKER_FAULTS, Worker
+from gateway.server.metrics import GatewayMetrics
+from gateway.stream.detokenizer import IncrementalText, TextOptions
+from gateway.stream.logprobs import Position
+from gateway.workers.worker import WORKER_FAULTS, Worker
 from multimodal.wire import Piece
 from protos import vllm_engine_pb2 as pb
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from gateway.detokenizer import decode_prompt
+from gateway.stream.detokenizer import decode_prompt
 
 REPLACEMENT = "\ufffd"
 MAX_CONTEXT = 4

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from gateway.errors import GatewayError, error_body
+from gateway.errors import MmgateError, error_body
 
 DONE = "data: [DONE]\n\n"
 log = logging.getLogger("mmgate.gateway")
@@ -46,7 +46,7 @@ async def _framed(events: AsyncIterator[str]) -> AsyncIterator[str]:
         async with aclosing(events) as stream:
             async for event in stream:
                 yield event
-    except GatewayError as error:
+    except MmgateError as error:
         yield data(error_body(error.message, error.status, error.param))
     except Exception:
         log.exception("a streamed response failed")

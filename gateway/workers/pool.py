@@ -16,10 +16,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError
-from gateway.metrics import GatewayMetrics, GaugesFrom
-from gateway.routing import Router
-from gateway.worker import Worker, WorkerFacts, parse_address
-from gateway.worker_health import STATE_VALUES, CircuitBreaker, HealthGate
+from gateway.server.metrics import GatewayMetrics, GaugesFrom
+from gateway.workers.health import STATE_VALUES, CircuitBreaker, HealthGate
+from gateway.workers.routing import Router
+from gateway.workers.worker import Worker, WorkerFacts, parse_address
 
 log = logging.getLogger("mmgate.gateway")
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -179,7 +179,7 @@ class WorkerPool:
         """Stop routing to `url`; it is dropped once its requests have finished."""
         worker = self.workers.get(url)
         if worker is None:
-            raise KeyError(url)
+            raise GatewayError(f"no worker {url}", 404, "url")
         if not worker.draining:
             worker.draining = True
             log.info("worker %s draining (%d requests)", url, worker.assigned)

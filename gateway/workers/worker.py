@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from gateway.grpc_stream import StreamChannel
-from gateway.worker_health import CircuitBreaker, HealthGate
+from gateway.errors import GatewayError
+from gateway.transport import StreamChannel
+from gateway.workers.health import CircuitBreaker, HealthGate
 from multimodal.pipeline import PixelEncoding
 from multimodal.wire import Piece
 from protos import common_pb2
@@ -26,7 +27,7 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
 ]
 GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
-# Which client streams Generate: our event-loop HTTP/2 client (gateway.grpc_stream), or grpc.aio.
+# Which client streams Generate: our event-loop HTTP/2 client (gateway.transport), or grpc.aio.
 STREAM_CLIENTS = ("mmgate", "grpcio")
 
 
@@ -62,7 +63,8 @@ def parse_address(url: str) -> str:
     """grpc://host:port (or host:port) to the host:port gRPC dials."""
     address = url.removeprefix("grpc://")
     if "://" in address or ":" not in address:
-        raise ValueError(f"worker address must look like grpc://HOST:PORT, got {url!r}")
+        message = f"worker address must look like grpc://HOST:PORT, got {url!r}"
+        raise GatewayError(message, 400, "url")
     return address
 
 

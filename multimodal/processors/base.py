@@ -1,65 +1,110 @@
-"""The one interface every model family implements; everything model-specific lives behind it."""
+"""The one interface every model family implements; everything model-specific lives behind it.
+
+A family file holds one `ItemProcessor` per modality the family takes (today: images). Each
+says which models it serves (`matches`), builds itself from the model's configs
+(`from_files`), names the token its chat template writes once per item (`anchor_token_id`) and
+the text vLLM puts there in a "string"-format prompt (`placeholder_text`), declares the
+per-request options it accepts (`options`, a frozen dataclass) and turns decoded items into
+tensors and each item's replacement token ids (`process`). Placeholder expansion, hashing and
+the wire are shared (`multimodal.prompt`, `multimodal.pipeline`, `multimodal.wire`).
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
+from multimodal.errors import MmgateError
+from multimodal.processors.options import NoOptions, OptionError, parse_options
 
-class OptionError(ValueError):
-    """A per-request processor option (mm_processor_kwargs) the family does not accept."""
+Modality = Literal["image", "video", "audio"]
+
+__all__ = [
+    "ItemProcessor",
+    "Modality",
+    "ModelConfigError",
+    "ModelConfigs",
+    "OptionError",
+    "ProcessedItems",
+    "UnsupportedModel",
+]
+
+
+class ModelConfigError(MmgateError):
+    """The model's configs describe something this family cannot reproduce."""
+
+    status = 500
+
+
+class UnsupportedModel(MmgateError):
+    """No family here serves this model (or this modality of it)."""
+
+
+class ModelConfigs(Protocol):
+    """What a family reads of a model (gateway.render.model_files.ModelFiles provides it)."""
+
+    @property
+    def config(self) -> Mapping[str, Any]: ...  # config.json
+
+    @property
+    def preprocessor(self) -> Mapping[str, Any]: ...  # the image processor's config
+
+    @property
+    def vocab(self) -> Mapping[str, int]: ...  # token text -> id, added tokens included
 
 
 @dataclass
-class ProcessedImages:
-    """Model-ready tensors for a batch of images, in the layout the engine needs."""
+class ProcessedItems:
+    """Model-ready tensors for a request's items of one modality, in the engine's layout."""
 
     tensors: dict[str, np.ndarray]  # wire name -> array; the encoder input under "pixel_values"
     batched_keys: tuple[str, ...] = ()
     flat_keys: dict[str, str] = field(default_factory=dict)  # tensor -> its per-item sizes tensor
     keep_on_cpu_keys: tuple[str, ...] = ()
-    replacements: list[list[int]] = field(default_factory=list)  # per image: its anchor's ids
+    replacements: list[list[int]] = field(default_factory=list)  # per item: its anchor's ids
     embed_token_id: int | None = None  # set when replacements hold non-embedding tokens
 
 
-@dataclass(frozen=True)
-class ModelFiles:
-    """What a processor may read from a model dir: config.json, preprocessor config, vocab."""
-
-    config: Mapping[str, Any]
-    preprocessor: Mapping[str, Any]
-    vocab: Mapping[str, int]
-
-
-class ImageProcessor(ABC):
-    family: ClassVar[str]
+class ItemProcessor(ABC):
+    family: ClassVar[str]  # e.g. "qwen_vl": in reports and in every item's hash
+    title: ClassVar[str]  # e.g. "Qwen-VL": in messages to clients
+    modality: ClassVar[Modality] = "image"
     # What vLLM's model class (get_placeholder_str) puts in a "string"-format chat prompt per
-    # image; the tokens the chat template itself writes may differ.
+    # item; the tokens the chat template itself writes may differ.
     placeholder_text: ClassVar[str]
+    # The mm_processor_kwargs a request may set, as a frozen dataclass (none by default).
+    options: ClassVar[type] = NoOptions
 
     @classmethod
     @abstractmethod
-    def matches(cls, files: ModelFiles) -> bool: ...
+    def matches(cls, files: ModelConfigs) -> bool: ...
 
     @classmethod
     @abstractmethod
-    def from_files(cls, files: ModelFiles) -> ImageProcessor: ...
+    def from_files(cls, files: ModelConfigs) -> ItemProcessor: ...
 
     @property
     @abstractmethod
     def anchor_token_id(self) -> int:
-        """The token the model's chat template emits once per image."""
+        """The token the model's chat template emits once per item."""
 
-    @abstractmethod
-    def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        """Validated per-request options merged over the model's defaults."""
+    def resolve(self, kwargs: Mapping[str, Any]) -> Any:
+        """The settings for one request: its mm_processor_kwargs, validated against `options`,
+        over the model's defaults. The result (a frozen dataclass) is part of every item's
+        hash, so it must hold everything that changes the tensors."""
+        return self.settings_for(parse_options(self.options, kwargs, self.title))
+
+    def settings_for(self, options: Any) -> Any:
+        """`options` merged over the model's defaults; families with options override it."""
+        return options
 
     @abstractmethod
     def process(
-        self, images: Sequence[np.ndarray], options: Mapping[str, Any], raw_pixels: bool
-    ) -> ProcessedImages:
-        """HxWx3 uint8 RGB arrays to tensors; `raw_pixels` keeps uint8 for on-device normalize."""
+        self, items: Sequence[np.ndarray], settings: Any, raw_pixels: bool
+    ) -> ProcessedItems:
+        """HxWx3 uint8 RGB arrays to tensors, with `settings` from `resolve`; `raw_pixels`
+        keeps uint8 for engines that normalize on device."""

@@ -17,26 +17,23 @@ plus the unpadded tile features and one newline per feature row, computed with t
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from multimodal import native
-from multimodal.processors.base import ImageProcessor, ModelFiles, ProcessedImages
-from multimodal.processors.llava import (
+from multimodal.processors.base import (
+    ItemProcessor,
     ModelConfigError,
-    PixelPipeline,
-    TowerSettings,
-    family_matches,
-    no_options,
-    pad,
-    pixel_settings,
-    resize_to,
-    tower_settings,
+    ModelConfigs,
+    ProcessedItems,
 )
+from multimodal.processors.llava import TowerSettings, family_matches, tower_settings
+from multimodal.processors.options import NoOptions
+from multimodal.processors.pixels import PixelPipeline, pixel_settings
+from multimodal.processors.transforms import fit_within, pad, resize_to, select_best_resolution
 
 MODEL_TYPES = ("llava_next",)
 IMAGE_PROCESSORS = ("LlavaNextImageProcessor",)
@@ -49,31 +46,6 @@ class AnyresSettings:
     pinpoints: tuple[tuple[int, int], ...]  # image processor's: decides the tiles
     base_hw: tuple[int, int]  # the whole image is resized straight to this
     tile: int  # tile side (crop_size.height)
-
-
-def select_best_resolution(
-    height: int, width: int, resolutions: Sequence[Sequence[int]]
-) -> tuple[int, int]:
-    """transformers' select_best_resolution: most effective pixels, then least waste."""
-    best, best_effective, best_waste = None, 0, float("inf")
-    for res_h, res_w in resolutions:
-        scale = min(res_w / width, res_h / height)
-        down_w, down_h = int(width * scale), int(height * scale)
-        effective = min(down_w * down_h, width * height)
-        waste = res_w * res_h - effective
-        if effective > best_effective or (effective == best_effective and waste < best_waste):
-            best, best_effective, best_waste = (res_h, res_w), effective, waste
-    if best is None:
-        raise ModelConfigError("image_grid_pinpoints is empty")
-    return best
-
-
-def patch_output_size(height: int, width: int, target_h: int, target_w: int) -> tuple[int, int]:
-    """transformers' get_patch_output_size: fit inside the target keeping aspect, ceil."""
-    scale_w, scale_h = target_w / width, target_h / height
-    if scale_w < scale_h:
-        return min(math.ceil(height * scale_w), target_h), target_w
-    return target_h, min(math.ceil(width * scale_h), target_w)
 
 
 @dataclass(frozen=True)
@@ -106,7 +78,7 @@ class AnyresLayout:
 def anyres_layout(height: int, width: int, anyres: AnyresSettings) -> AnyresLayout:
     """The best pinpoint for this image, and the image fitted and centred on it."""
     best_h, best_w = select_best_resolution(height, width, anyres.pinpoints)
-    new_h, new_w = patch_output_size(height, width, best_h, best_w)
+    new_h, new_w = fit_within(height, width, best_h, best_w)
     return AnyresLayout(
         height=new_h,
         width=new_w,
@@ -147,8 +119,9 @@ def num_image_tokens(
     return unpadded + newlines + tower.base_tokens()
 
 
-class LlavaNextProcessor(ImageProcessor):
+class LlavaNextProcessor(ItemProcessor):
     family = "llava_next"
+    title = "LLaVA-NeXT"
     placeholder_text = "<image>"
 
     def __init__(
@@ -168,11 +141,11 @@ class LlavaNextProcessor(ImageProcessor):
         self._tiles_kept = pixels.keeps(*square) and anyres.base_hw == square
 
     @classmethod
-    def matches(cls, files: ModelFiles) -> bool:
+    def matches(cls, files: ModelConfigs) -> bool:
         return family_matches(files, MODEL_TYPES, IMAGE_PROCESSORS)
 
     @classmethod
-    def from_files(cls, files: ModelFiles) -> LlavaNextProcessor:
+    def from_files(cls, files: ModelConfigs) -> LlavaNextProcessor:
         pre = files.preprocessor
         # LlavaNextImageProcessor's do_pad pads the tile count for batching, not to a square.
         settings = pixel_settings({**pre, "do_pad": False})
@@ -202,13 +175,9 @@ class LlavaNextProcessor(ImageProcessor):
     def num_image_tokens(self, height: int, width: int) -> int:
         return num_image_tokens(height, width, self.tower, self.model_pinpoints)
 
-    def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        return no_options(options, "LLaVA-NeXT")
-
     def process(
-        self, images: Sequence[np.ndarray], options: Mapping[str, Any], raw_pixels: bool
-    ) -> ProcessedImages:
-        self.resolve_options(options)
+        self, images: Sequence[np.ndarray], settings: NoOptions, raw_pixels: bool
+    ) -> ProcessedItems:
         layouts = [anyres_layout(*i.shape[:2], self.anyres) for i in images]
         if native.AVAILABLE and self._tiles_kept and all(t.whole_tiles for t in layouts):
             batch = self._batch_from_tiles(images, layouts, raw_pixels)
@@ -216,7 +185,7 @@ class LlavaNextProcessor(ImageProcessor):
             batch = self._batch_step_by_step(images, layouts, raw_pixels)
         sizes = [(int(i.shape[0]), int(i.shape[1])) for i in images]
         token = self.tower.image_token_id
-        return ProcessedImages(
+        return ProcessedItems(
             tensors={
                 "pixel_values": batch,
                 "image_sizes": np.asarray(sizes, dtype=np.int64).reshape(len(images), 2),

@@ -17,18 +17,39 @@ from typing import Any
 import numpy as np
 
 from multimodal import native
-from multimodal.processors.base import (
-    ImageProcessor,
-    ModelFiles,
-    OptionError,
-    ProcessedImages,
-)
+from multimodal.processors.base import ItemProcessor, ModelConfigs, ProcessedItems
+from multimodal.processors.options import OptionError, option
+from multimodal.processors.transforms import CLIP_MEAN, CLIP_STD, fused_normalization
 from multimodal.resize import BACKENDS, DEFAULT_BACKEND, resize
 
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 SIZES_KEY = "patches_per_image"
 MAX_ASPECT_RATIO = 200
-OPTION_KEYS = ("min_pixels", "max_pixels")
+
+
+@dataclass(frozen=True)
+class QwenVLSize:
+    """The `size` object of Qwen2VLImageProcessor: min and max pixels by another name."""
+
+    shortest_edge: int | None = option(minimum=1, doc="min_pixels")
+    longest_edge: int | None = option(minimum=1, doc="max_pixels")
+
+
+@dataclass(frozen=True)
+class QwenVLOptions:
+    """mm_processor_kwargs for Qwen2-VL, Qwen2.5-VL and Qwen3-VL images."""
+
+    min_pixels: int | None = option(minimum=1, doc="fewest pixels after the resize")
+    max_pixels: int | None = option(minimum=1, doc="most pixels after the resize")
+    size: QwenVLSize | None = None  # min_pixels / max_pixels win over it
+
+
+@dataclass(frozen=True)
+class QwenVLResize:
+    """What one request's images are resized within: its options over the model's."""
+
+    min_pixels: int
+    max_pixels: int
 
 
 @dataclass(frozen=True)
@@ -64,8 +85,10 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
-class QwenVLProcessor(ImageProcessor):
+class QwenVLProcessor(ItemProcessor):
     family = "qwen_vl"
+    title = "Qwen-VL"
+    options = QwenVLOptions
     placeholder_text = "<|vision_start|><|image_pad|><|vision_end|>"
 
     def __init__(self, settings: QwenVLSettings, backend: str = DEFAULT_BACKEND) -> None:
@@ -74,19 +97,17 @@ class QwenVLProcessor(ImageProcessor):
             raise ValueError(f"backend {backend!r} is not available; have {BACKENDS}")
         self.settings = settings
         self.backend = backend
-        s = settings
-        # Fused rescale+normalize as transformers does it: (x - mean/r) / (std/r) in float32.
-        scale = np.float32(1.0 / s.rescale_factor)
-        self._mean = np.asarray(s.mean, dtype=np.float32) * scale
-        self._std = np.asarray(s.std, dtype=np.float32) * scale
-        self._default_options: dict[str, Any] | None = None  # resolve_options({}), once
+        self._mean, self._std = fused_normalization(
+            settings.mean, settings.std, settings.rescale_factor
+        )
+        self._defaults = QwenVLResize(settings.min_pixels, settings.max_pixels)
 
     @classmethod
-    def matches(cls, files: ModelFiles) -> bool:
+    def matches(cls, files: ModelConfigs) -> bool:
         return files.config.get("model_type") in MODEL_TYPES
 
     @classmethod
-    def from_files(cls, files: ModelFiles) -> QwenVLProcessor:
+    def from_files(cls, files: ModelConfigs) -> QwenVLProcessor:
         pre, size = files.preprocessor, files.preprocessor.get("size") or {}
         token = files.config.get("image_token_id")
         if token is None:
@@ -98,8 +119,8 @@ class QwenVLProcessor(ImageProcessor):
                 temporal_patch_size=int(pre.get("temporal_patch_size", 2)),
                 min_pixels=int(size.get("shortest_edge") or pre.get("min_pixels", 56 * 56)),
                 max_pixels=int(size.get("longest_edge") or pre.get("max_pixels", 28 * 28 * 1280)),
-                mean=tuple(pre.get("image_mean", (0.48145466, 0.4578275, 0.40821073))),
-                std=tuple(pre.get("image_std", (0.26862954, 0.26130258, 0.27577711))),
+                mean=tuple(pre.get("image_mean", CLIP_MEAN)),
+                std=tuple(pre.get("image_std", CLIP_STD)),
                 rescale_factor=float(pre.get("rescale_factor", 1 / 255)),
                 image_token_id=int(token),
             )
@@ -109,43 +130,27 @@ class QwenVLProcessor(ImageProcessor):
     def anchor_token_id(self) -> int:
         return self.settings.image_token_id
 
-    def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        if not options:  # the common case, resolved once (a few us a request)
-            if self._default_options is None:
-                self._default_options = self._resolve_options(options)
-            return dict(self._default_options)
-        return self._resolve_options(options)
+    def resolve(self, kwargs: Mapping[str, Any]) -> QwenVLResize:
+        if not kwargs:  # the common case: no parsing (a few us a request)
+            return self._defaults
+        return super().resolve(kwargs)
 
-    def _resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = set(options) - set(OPTION_KEYS) - {"size"}
-        if unknown:
-            raise OptionError(
-                f"unsupported mm_processor_kwargs {sorted(unknown)} for Qwen-VL "
-                f"(accepted: {', '.join(OPTION_KEYS)}, size)"
-            )
-        size = options.get("size") or {}
-        if not isinstance(size, Mapping):
-            raise OptionError("mm_processor_kwargs.size must be an object")
-        resolved = {
-            "min_pixels": options.get("min_pixels", size.get("shortest_edge"))
-            or self.settings.min_pixels,
-            "max_pixels": options.get("max_pixels", size.get("longest_edge"))
-            or self.settings.max_pixels,
-        }
-        for key, value in resolved.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise OptionError(f"mm_processor_kwargs.{key} must be a positive integer")
-        if resolved["min_pixels"] > resolved["max_pixels"]:
+    def settings_for(self, options: QwenVLOptions) -> QwenVLResize:
+        size, defaults = options.size or QwenVLSize(), self._defaults
+        resize = QwenVLResize(
+            min_pixels=_first(options.min_pixels, size.shortest_edge, defaults.min_pixels),
+            max_pixels=_first(options.max_pixels, size.longest_edge, defaults.max_pixels),
+        )
+        if resize.min_pixels > resize.max_pixels:
             raise OptionError("mm_processor_kwargs.min_pixels exceeds max_pixels")
-        return resolved
+        return resize
 
     def process(
-        self, images: Sequence[np.ndarray], options: Mapping[str, Any], raw_pixels: bool
-    ) -> ProcessedImages:
-        opts = self.resolve_options(options)
+        self, images: Sequence[np.ndarray], settings: QwenVLResize, raw_pixels: bool
+    ) -> ProcessedItems:
         patches, grids = [], []
         for image in images:
-            patch_rows, grid = self._one(image, opts, raw_pixels)
+            patch_rows, grid = self._one(image, settings, raw_pixels)
             patches.append(patch_rows)
             grids.append(grid)
         grid_thw = np.asarray(grids, dtype=np.int64).reshape(len(images), 3)
@@ -153,7 +158,7 @@ class QwenVLProcessor(ImageProcessor):
         token = self.settings.image_token_id
         # math.prod on the grids' ints: the same numbers as numpy's prod, without its overhead
         sizes = [math.prod(g) for g in grids]
-        return ProcessedImages(
+        return ProcessedItems(
             tensors={
                 "pixel_values": np.concatenate(patches) if len(patches) > 1 else patches[0],
                 "image_grid_thw": grid_thw,
@@ -165,12 +170,12 @@ class QwenVLProcessor(ImageProcessor):
         )
 
     def _one(
-        self, image: np.ndarray, opts: Mapping[str, Any], raw_pixels: bool
+        self, image: np.ndarray, resize_within: QwenVLResize, raw_pixels: bool
     ) -> tuple[np.ndarray, tuple[int, int, int]]:
-        s = self.settings
+        s, r = self.settings, resize_within
         factor = s.patch_size * s.merge_size
         height, width = smart_resize(
-            image.shape[0], image.shape[1], factor, opts["min_pixels"], opts["max_pixels"]
+            image.shape[0], image.shape[1], factor, r.min_pixels, r.max_pixels
         )
         if self.backend == "native" and image.ndim == 3 and image.shape[2] == 3:
             normalize = None if raw_pixels else (self._mean, self._std)
@@ -205,3 +210,7 @@ class QwenVLProcessor(ImageProcessor):
             np.subtract(single, self._mean.reshape(c, 1, 1, 1), out=out, dtype=np.float32)
             np.divide(out, self._std.reshape(c, 1, 1, 1), out=out)
         return out.reshape(gh * gw, c * t * p * p)
+
+
+def _first(*values: int | None) -> int:
+    return next(v for v in values if v is not None)

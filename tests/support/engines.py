@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,8 @@ import grpc
 
 from protos import vllm_engine_pb2 as pb
 from protos import vllm_engine_pb2_grpc as pb_grpc
+from tests.support import ROOT, refuse_in_fast_tests
 
-ROOT = Path(__file__).resolve().parent.parent
 # One process per engine, no compilation, small KV cache: ~10 s to ready on a CPU.
 ENGINE_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -71,6 +71,7 @@ class WorkerProcess:
         port: int | None = None,
         **extra: Any,
     ) -> None:
+        refuse_in_fast_tests(f"{type(self).__name__} on {model}")
         self.host, self.port = host, port or free_port()
         self.address = f"{host}:{self.port}"
         self.log_path = log_path
@@ -140,6 +141,17 @@ class WorkerProcess:
         return self.proc.returncode
 
 
+def serve_worker(
+    model: Path, tmp_path_factory: Any, name: str, **extra: Any
+) -> Iterator[WorkerProcess]:
+    """A ready `mmgate engine` for a fixture to yield from; stopped when the fixture ends."""
+    worker = WorkerProcess(model, tmp_path_factory.mktemp("logs") / f"{name}.log", **extra)
+    try:
+        yield worker.wait_ready()
+    finally:
+        worker.stop()
+
+
 class UpstreamServicerProcess(WorkerProcess):
     """SMG's own servicer (PyPI smg-grpc-servicer, what `vllm serve --grpc` runs) over vLLM,
     started by vLLM's gRPC launcher with its defaults. Ready once the standard health service
@@ -163,6 +175,7 @@ class ReferenceEngine:
     """vLLM's AsyncLLM called directly, on a private event loop in a background thread."""
 
     def __init__(self, model: Path, **extra: Any) -> None:
+        refuse_in_fast_tests(f"vLLM's AsyncLLM on {model}")
         for key, value in ENGINE_ENV.items():
             os.environ.setdefault(key, value)
         from vllm.engine.arg_utils import AsyncEngineArgs

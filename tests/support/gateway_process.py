@@ -10,11 +10,13 @@ from pathlib import Path
 
 import httpx
 
-from tests.engines import ROOT, free_port
+from tests.support import refuse_in_fast_tests
+from tests.support.engines import ROOT, free_port
 
 
 class GatewayProcess:
     def __init__(self, model: Path, workers: list[str], log_path: Path, *extra: str) -> None:
+        refuse_in_fast_tests("`mmgate serve`")
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path

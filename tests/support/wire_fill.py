@@ -1,8 +1,9 @@
 """Builds every message of a proto module with every field set, for the cross-package wire test.
 
-Run as a script it is the far side of that test: `python -m tests.wire_fill encode|decode MODULE`
-with MODULE `protos` (ours) or `smg_grpc_proto` (upstream), so each package is loaded in a
-process of its own (in one process the two would share one descriptor pool and one class).
+Run as a script it is the far side of that test:
+`python -m tests.support.wire_fill encode|decode MODULE` with MODULE `protos` (ours) or
+`smg_grpc_proto` (upstream), so each package is loaded in a process of its own (in one process
+the two would share one descriptor pool and one class).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.engines import ROOT
+from tests.support.engines import ROOT
 
 
 def test_demo_answers_an_image_request_through_the_gateway():

@@ -1,15 +1,29 @@
-"""`mmgate preprocess` as a user runs it: a real subprocess on a local image file."""
+"""`mmgate preprocess` as a user runs it: a real subprocess on local images, checked against
+transformers' processor and against vLLM's own /tokenize."""
 
 from __future__ import annotations
 
+import base64
 import json
+import shutil
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 from PIL import Image
 
-from tests.engines import ROOT
+from tests.support.engines import MAX_MODEL_LEN, ROOT
+from tests.support.requests import MM_LIMITS, make_image, png_bytes
+from tests.support.vllm_tokenize import VllmTokenization
+
+# ChatML that prints a message's content as one string: vLLM's "string" content format, in
+# which each image becomes the model's placeholder text in front of the message's text.
+STRING_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -78,3 +92,38 @@ def test_errors_are_one_clear_line(vision_model, tmp_path):
     result = run_cli("--model", str(vision_model), "--image", str(tmp_path / "missing.png"))
     assert result.returncode == 1
     assert "image 0" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def string_format_model(vision_model, tmp_path_factory):
+    """The tiny vision model with a chat template that takes plain-string content, in every
+    place a template is read from."""
+    path = tmp_path_factory.mktemp("string-format") / "model"
+    shutil.copytree(vision_model, path)
+    (path / "chat_template.jinja").write_text(STRING_TEMPLATE)
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config["chat_template"] = STRING_TEMPLATE
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["openai", "string"])
+def test_prompt_ids_equal_vllm_tokenize(vision_model, string_format_model, fmt):
+    """The gateway's one renderer in `mmgate preprocess`: the same expanded prompt ids as vLLM's
+    /tokenize for the same chat turn, whichever content format the model's template takes."""
+    model = vision_model if fmt == "openai" else string_format_model
+    images = [make_image(150, 110, seed=31), make_image(64, 300, seed=32)]
+    uris = [f"data:image/png;base64,{base64.b64encode(png_bytes(i)).decode()}" for i in images]
+    text = "What differs between these two?"
+    result = run_cli("--model", str(model), "--image", uris[0], "--image", uris[1],
+                     "--text", text, "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    content = [*({"type": "image_url", "image_url": {"url": u}} for u in uris)]
+    messages = [{"role": "user", "content": [*content, {"type": "text", "text": text}]}]
+    vllm = VllmTokenization(model, max_model_len=MAX_MODEL_LEN, limit_mm_per_prompt=MM_LIMITS)
+    want = vllm.tokenize({"messages": messages})["tokens"]
+    assert report["prompt_ids"] == want
+    image_pad = 3005
+    lengths = [p["length"] for p in report["placeholders"]]
+    assert want.count(image_pad) == sum(lengths) and len(lengths) == 2

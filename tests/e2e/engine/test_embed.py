@@ -8,8 +8,7 @@ import grpc
 import pytest
 
 from protos import vllm_engine_pb2 as pb
-from tests.conftest import _worker
-from tests.engines import ReferenceEngine
+from tests.support.engines import ReferenceEngine, serve_worker
 
 POOLING = {"runner": "pooling", "max_model_len": 512}
 TEXTS = ["the quick brown fox", "import os\nprint(os.getcwd())"]
@@ -24,7 +23,7 @@ def tokenizer(embedding_model):
 
 @pytest.fixture(scope="module")
 def worker(embedding_model, tmp_path_factory):
-    yield from _worker(embedding_model, tmp_path_factory, "embed", **POOLING)
+    yield from serve_worker(embedding_model, tmp_path_factory, "embed", **POOLING)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +61,7 @@ def test_embed_rejects_empty_and_out_of_vocab(worker):
 def test_openai_embeddings_through_the_gateway(
     worker, reference, tokenizer, embedding_model, tmp_path_factory
 ):
-    from tests.gateway_process import GatewayProcess
+    from tests.support.gateway_process import GatewayProcess
 
     log = tmp_path_factory.mktemp("gw-embed") / "gateway.log"
     gateway = GatewayProcess(embedding_model, [worker.address], log).wait_ready()

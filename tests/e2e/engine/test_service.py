@@ -15,7 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
-from tests.engines import MAX_MODEL_LEN, WorkerProcess
+from tests.support.engines import MAX_MODEL_LEN, WorkerProcess
 
 
 def long_stream(stub, request_id: str, max_tokens: int = 600):

@@ -14,23 +14,14 @@ import blake3
 import grpc
 import numpy as np
 import pytest
-from PIL import Image
 from vllm import SamplingParams
 
 from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
-from tests.conftest import _worker
-from tests.engines import ReferenceEngine
+from tests.support.engines import ReferenceEngine, serve_worker
+from tests.support.requests import MM_LIMITS, chat_prompt, make_image
 
-MM_LIMITS = {"image": 4, "video": 1}
 SIZES_KEY = "patches_per_image"  # per-image patch counts: the sizes tensor pixel_values is cut by
-
-
-def make_image(width: int, height: int, seed: int) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    gradient = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
-    noise = rng.integers(0, 64, (height, width, 3)).astype(np.float32)
-    return Image.fromarray(np.clip(gradient + noise, 0, 255).astype(np.uint8), "RGB")
 
 
 CASES = {
@@ -55,26 +46,20 @@ def reference(vision_model):
 
 @pytest.fixture(scope="module")
 def uint8_worker(vision_model, tmp_path_factory):
-    yield from _worker(
+    yield from serve_worker(
         vision_model, tmp_path_factory, "vision-uint8", limit_mm_per_prompt=MM_LIMITS
     )
 
 
 @pytest.fixture(scope="module")
 def float_worker(vision_model, tmp_path_factory):
-    yield from _worker(
+    yield from serve_worker(
         vision_model,
         tmp_path_factory,
         "vision-float",
         limit_mm_per_prompt=MM_LIMITS,
         mm_device_do_normalize=False,
     )
-
-
-def chat_prompt(processor, images, videos=()) -> str:
-    parts = [{"type": "image"} for _ in images] + [{"type": "video"} for _ in videos]
-    messages = [{"role": "user", "content": [*parts, {"type": "text", "text": "Describe."}]}]
-    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
 def tensor(array: np.ndarray) -> pb.TensorData:
@@ -333,7 +318,7 @@ def test_mmgate_preprocessing_equals_vllm_image_path(
 
     from multimodal.media import LoadedImage, MediaPolicy, decode_image
     from multimodal.pipeline import PixelEncoding, prepare
-    from multimodal.registry import processor_for
+    from tests.support import load_processor
 
     loaded = []
     for picture in CASES[case]:
@@ -342,11 +327,12 @@ def test_mmgate_preprocessing_equals_vllm_image_path(
         data = buffer.getvalue()
         loaded.append(LoadedImage(decode_image(data, MediaPolicy()), data, "data", "image/png"))
     prompt_ids = processor.tokenizer(chat_prompt(processor, CASES[case]))["input_ids"]
-    prepared = prepare(processor_for(vision_model), prompt_ids, loaded, {}, PixelEncoding(raw))
+    groups = [(load_processor(vision_model), loaded)]
+    prepared = prepare(groups, prompt_ids, {}, PixelEncoding(raw))
     request = pb.GenerateRequest(
         request_id=f"mmgate-{case}-{raw}",
         tokenized=pb.TokenizedInput(input_ids=prepared.prompt_ids),
-        mm_inputs=prepared.mm_inputs,
+        mm_inputs=prepared.mm_inputs[0],
         sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True),
     )
     worker = uint8_worker if raw else float_worker

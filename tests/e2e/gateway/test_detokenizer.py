@@ -5,18 +5,23 @@ from __future__ import annotations
 import random
 
 import pytest
-from tokenizers import Tokenizer
 from vllm import SamplingParams
 from vllm.inputs.engine import tokens_input
 
-from gateway.detokenizer import IncrementalText, TextOptions, added_tokens
+from gateway.render.model_files import ModelFiles
+from gateway.stream.detokenizer import IncrementalText, TextOptions
 
 PROMPTS = ["def main():\n    return", "import os\n", "class A:\n    x = ", "# comment\n"]
 
 
 @pytest.fixture(scope="module")
-def tokenizer(text_model) -> Tokenizer:
-    return Tokenizer.from_file(str(text_model / "tokenizer.json"))
+def files(text_model) -> ModelFiles:
+    return ModelFiles.load(text_model)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(files):
+    return files.tokenizer
 
 
 def vllm_text(reference, ids, request_id: str, **params):
@@ -26,9 +31,9 @@ def vllm_text(reference, ids, request_id: str, **params):
     return out
 
 
-def ours(tokenizer, prompt_ids, output, options: TextOptions, seed: int) -> tuple[str, str]:
+def ours(files, prompt_ids, output, options: TextOptions, seed: int) -> tuple[str, str]:
     """Feed vLLM's token ids in random chunks; returns (final text, concatenated deltas)."""
-    text = IncrementalText(tokenizer, prompt_ids, options, added_tokens(tokenizer))
+    text = IncrementalText(files.tokenizer, prompt_ids, options, files.added_tokens)
     ids = list(output.token_ids)
     stop_terminated = output.finish_reason == "stop" and isinstance(output.stop_reason, int)
     rng, streamed, position = random.Random(seed), [], 0
@@ -64,7 +69,7 @@ def cases(tokenizer, reference):
     return out
 
 
-def test_text_equals_vllm_streaming_and_not(text_reference, tokenizer):
+def test_text_equals_vllm_streaming_and_not(text_reference, files, tokenizer):
     checked = 0
     for name, ids, params in cases(tokenizer, text_reference):
         output = vllm_text(text_reference, ids, name, **params)
@@ -76,14 +81,14 @@ def test_text_equals_vllm_streaming_and_not(text_reference, tokenizer):
             min_tokens=params.get("min_tokens", 0),
         )
         for seed in range(3):
-            final, streamed = ours(tokenizer, ids, output, options, seed)
+            final, streamed = ours(files, ids, output, options, seed)
             assert final == output.text, (name, seed)
             assert streamed == output.text, (name, seed)
         checked += 1
     assert checked == 4 * 7
 
 
-def test_stop_token_is_left_out_of_the_text(text_reference, tokenizer):
+def test_stop_token_is_left_out_of_the_text(text_reference, files, tokenizer):
     ids = tokenizer.encode(PROMPTS[0]).ids
     free = vllm_text(text_reference, ids, "tok-free")
     stop_id = free.token_ids[6]
@@ -97,7 +102,7 @@ def test_stop_token_is_left_out_of_the_text(text_reference, tokenizer):
         )
         assert output.stop_reason == stop_id
         final, streamed = ours(
-            tokenizer, ids, output, TextOptions(include_stop_str_in_output=include), 0
+            files, ids, output, TextOptions(include_stop_str_in_output=include), 0
         )
         assert final == streamed == output.text
 

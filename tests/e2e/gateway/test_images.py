@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import io
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,19 +11,10 @@ import openai
 import pytest
 from vllm import SamplingParams
 
-from tests.conftest import _worker
-from tests.engines import ReferenceEngine
-from tests.gateway_process import GatewayProcess
-from tests.http_files import serve_bytes
-from tests.test_engine_vision import MM_LIMITS, chat_prompt, make_image
-
-IMAGE = make_image(150, 110, seed=21)
-
-
-def png_bytes(image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+from tests.support.engines import ReferenceEngine, serve_worker
+from tests.support.gateway_process import GatewayProcess
+from tests.support.http_files import serve_bytes
+from tests.support.requests import IMAGE, MM_LIMITS, ask, chat_prompt, make_image, png_bytes
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +25,9 @@ def image_server():
 
 @pytest.fixture(scope="module")
 def worker(vision_model, tmp_path_factory):
-    yield from _worker(vision_model, tmp_path_factory, "gw-vision", limit_mm_per_prompt=MM_LIMITS)
+    yield from serve_worker(
+        vision_model, tmp_path_factory, "gw-vision", limit_mm_per_prompt=MM_LIMITS
+    )
 
 
 def gateway_for(vision_model, worker, tmp_path_factory, *extra):
@@ -55,21 +47,6 @@ def expected(vision_model):
         return reference.generate(prompt, params, "gw-ref").outputs[0].text
     finally:
         reference.close()
-
-
-def ask(gateway, *urls: str):
-    client = gateway.client()
-    content = [
-        *({"type": "image_url", "image_url": {"url": url, "detail": "auto"}} for url in urls),
-        {"type": "text", "text": "Describe."},
-    ]
-    return client.chat.completions.create(
-        model=client.models.list().data[0].id,
-        temperature=0,
-        max_tokens=12,
-        messages=[{"role": "user", "content": content}],
-        extra_body={"ignore_eos": True},
-    )
 
 
 def test_data_uri_and_allow_listed_url_equal_vllm(
@@ -118,8 +95,8 @@ def test_private_urls_are_refused_by_default(vision_model, worker, image_server,
 
 def test_tokenize_with_images_equals_vllm(vision_model, worker, tmp_path_factory):
     """/tokenize expands each image into its placeholder tokens exactly as vLLM's does."""
-    from tests.engines import MAX_MODEL_LEN
-    from tests.vllm_tokenize import VllmTokenization
+    from tests.support.engines import MAX_MODEL_LEN
+    from tests.support.vllm_tokenize import VllmTokenization
 
     wide = make_image(300, 90, seed=5)
     uris = [

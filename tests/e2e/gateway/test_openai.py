@@ -7,16 +7,9 @@ import json
 import httpx
 import openai
 import pytest
-from vllm import SamplingParams
-from vllm.inputs.engine import tokens_input
-from vllm.sampling_params import RequestOutputKind
 
-from tests.gateway_process import GatewayProcess, read_chat_stream
-
-MESSAGES = [
-    {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Name a prime number."},
-]
+from tests.support.gateway_process import GatewayProcess, read_chat_stream
+from tests.support.requests import MESSAGES, vllm_says
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +28,6 @@ def chat_ids(text_model):
     tokenizer = AutoTokenizer.from_pretrained(text_model)
     ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-
-
-def vllm_says(reference, prompt, name, **params):
-    """Token ids, or text that vLLM tokenizes itself as it does for a completion."""
-    params = SamplingParams(output_kind=RequestOutputKind.FINAL_ONLY, **params)
-    prompt = prompt if isinstance(prompt, str) else tokens_input(prompt)
-    return reference.generate(prompt, params, name).outputs
 
 
 def test_chat_equals_vllm(gateway, text_reference, chat_ids):

@@ -11,9 +11,9 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engines import MAX_MODEL_LEN
-from tests.gateway_process import GatewayProcess
-from tests.vllm_tokenize import VllmTokenization
+from tests.support.engines import MAX_MODEL_LEN
+from tests.support.gateway_process import GatewayProcess
+from tests.support.vllm_tokenize import VllmTokenization
 
 KEY = "sk-test-key"
 ORIGIN = "https://app.example"

@@ -13,16 +13,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.pool import PoolOptions, WorkerPool
+from gateway.workers.pool import PoolOptions, WorkerPool
 from protos import vllm_engine_pb2 as pb
-from tests.conftest import _worker
-from tests.gateway_process import GatewayProcess
+from tests.support.engines import serve_worker
+from tests.support.gateway_process import GatewayProcess
 
 
 @pytest.fixture(scope="module")
 def worker_b(text_model, text_worker, tmp_path_factory):
     """A second worker, on 127.0.0.2 and the same port as text_worker (two DNS addresses)."""
-    yield from _worker(
+    yield from serve_worker(
         text_model, tmp_path_factory, "worker-b", host="127.0.0.2", port=text_worker.port
     )
 
@@ -308,7 +308,7 @@ def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tm
     which start together and are frozen (SIGSTOP) at their first tokens, so none can end
     before the kill however fast the worker generates. The other worker then joins (admin
     endpoint) and, least loaded, takes the next three."""
-    doomed_fixture = _worker(text_model, tmp_path_factory, "doomed")
+    doomed_fixture = serve_worker(text_model, tmp_path_factory, "doomed")
     doomed = next(doomed_fixture)
     doomed_url = f"grpc://{doomed.address}"
     # Health checks out of the way: only failed calls (retry, circuit breaker) act here.

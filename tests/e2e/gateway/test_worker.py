@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from gateway.worker import Worker, parse_address
+from gateway.errors import GatewayError
+from gateway.workers.worker import Worker, parse_address
 from protos import vllm_engine_pb2 as pb
 
 
@@ -85,5 +86,6 @@ def test_unreachable_worker_is_unhealthy():
 
 @pytest.mark.parametrize("bad", ["http://x:1", "localhost", "grpc://host"])
 def test_bad_worker_urls_are_refused(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(GatewayError) as refused:
         parse_address(bad)
+    assert refused.value.status == 400 and refused.value.param == "url"

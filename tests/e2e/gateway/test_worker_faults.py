@@ -5,8 +5,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.fake_worker import FakeWorker
-from tests.gateway_process import GatewayProcess
+from tests.support.fake_worker import FakeWorker
+from tests.support.gateway_process import GatewayProcess
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TOKENS = [300, 301, 302, 303]

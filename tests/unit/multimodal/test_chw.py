@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from multimodal import native
-from tests import resize_backends
+from tests.support import resize_backends
 
 pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="native kernels not built")
 
@@ -60,9 +60,9 @@ def test_rejects_what_is_not_an_rgb_image(src, out):
 
 def test_llava_finish_is_the_same_without_the_kernels(monkeypatch):
     """LLaVA's last step, CHW uint8 or normalized float32, with and without native.chw."""
-    from multimodal.processors import llava
+    from multimodal.processors import pixels, transforms
 
-    settings = llava.pixel_settings(
+    settings = pixels.pixel_settings(
         {
             "size": {"shortest_edge": 336},
             "crop_size": {"height": 336, "width": 336},
@@ -70,10 +70,10 @@ def test_llava_finish_is_the_same_without_the_kernels(monkeypatch):
             "image_std": [0.26862954, 0.26130258, 0.27577711],
         }
     )
-    pipeline = llava.PixelPipeline(settings)
+    pipeline = pixels.PixelPipeline(settings)
     crop = image(400, 500)[20:356, 30:366]
     with_kernels = [pipeline.finish(crop, raw) for raw in (True, False)]
-    monkeypatch.setattr(llava.native, "AVAILABLE", False)
+    monkeypatch.setattr(transforms.native, "AVAILABLE", False)
     without = [pipeline.finish(crop, raw) for raw in (True, False)]
     for ours, numpy_only in zip(with_kernels, without):
         assert ours.dtype == numpy_only.dtype and ours.shape == (3, 336, 336)

@@ -10,7 +10,6 @@ import base64
 import subprocess
 import sys
 from io import BytesIO
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,11 +20,12 @@ from multimodal.decode import decode_image, decode_pixels
 from multimodal.errors import MediaDecodeError, MediaTooLargeError
 from multimodal.media import load_image
 from multimodal.policy import MediaPolicy
+from tests.support import IMAGES_DIR, ROOT
 
 simplejpeg = pytest.importorskip("simplejpeg")
 
 POLICY = MediaPolicy()
-COMMITTED = sorted((Path(__file__).parent / "images").glob("*.jpg"))
+COMMITTED = sorted(IMAGES_DIR.glob("*.jpg"))
 SUBSAMPLING = {0: "444", 1: "422", 2: "420"}
 
 
@@ -34,7 +34,7 @@ def noise(width: int, height: int, seed: int = 0) -> np.ndarray:
 
 
 def photo(width: int, height: int) -> np.ndarray:
-    from tests.images.make import photo as make_photo
+    from tests.support.images.make import photo as make_photo
 
     return make_photo(width, height, seed=width + height)
 
@@ -224,8 +224,8 @@ def test_broken_exif_keeps_the_image_as_vllm_does(vllm_decode):
 def test_large_arithmetic_jpeg_matches_vllm(vllm_decode):
     # Pillow feeds libjpeg in blocks, which its arithmetic decoder cannot resume from: vLLM then
     # keeps a partly decoded image. Only Pillow's path reproduces that. Pillow cannot write
-    # arithmetic coding: the image is committed (made by cjpeg, tests/images/make.py).
-    data = (Path(__file__).parent / "images" / "arithmetic.jpg").read_bytes()
+    # arithmetic coding: the image is committed (made by cjpeg, tests/support/images/make.py).
+    data = (IMAGES_DIR / "arithmetic.jpg").read_bytes()
     assert len(data) > 64 * 1024  # more than one of Pillow's blocks
     slow(data)
     same_outcome(vllm_decode, data)
@@ -291,6 +291,7 @@ def test_a_failing_simplejpeg_falls_back(monkeypatch):
     assert np.array_equal(np.asarray(slow(data)), expected)
 
 
+@pytest.mark.slow  # a subprocess: a fresh interpreter without simplejpeg
 def test_without_simplejpeg_installed():
     script = (
         "import sys; sys.modules['simplejpeg'] = None\n"
@@ -303,9 +304,8 @@ def test_without_simplejpeg_installed():
         "assert not decode.FAST_JPEG and isinstance(image, Image.Image), image\n"
         "print(mime, image.size)\n"
     )
-    root = Path(__file__).resolve().parent.parent
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=False
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "image/jpeg (8, 8)"

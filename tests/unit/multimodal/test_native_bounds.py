@@ -70,6 +70,7 @@ print(cases)
 """
 
 
+@pytest.mark.slow  # a subprocess: a crash must not take pytest down
 def test_narrow_images_are_not_read_past_their_end():
     child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
     assert child.returncode == 0, f"exit {child.returncode}\n{child.stderr[-2000:]}"

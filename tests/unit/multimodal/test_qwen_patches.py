@@ -1,7 +1,7 @@
 """The native Qwen-VL path (resize and patch layout in one C pass) equals the numpy one.
 
-tests/test_processor_qwen_vl.py checks the default backend against transformers; this checks
-every backend against numpy's resize + _patchify, on sizes that need no resize, one axis or
+processors/test_qwen_vl.py checks the default backend against transformers; this checks every
+backend against numpy's resize + _patchify, on sizes that need no resize, one axis or
 both, and on Qwen2-VL's and Qwen3-VL's patch sizes.  Also: the kernels refuse arguments that
 do not fit, and release the GIL while they work.
 """
@@ -16,7 +16,7 @@ import pytest
 
 from multimodal import native
 from multimodal.processors.qwen_vl import QwenVLProcessor, QwenVLSettings
-from tests import resize_backends
+from tests.support import resize_backends
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -70,8 +70,9 @@ CASES = [
 def test_native_equals_numpy(backend, raw, patch, temporal, height, width, options):
     s = settings(patch, temporal)
     image = noise(height, width, seed=height + width)
-    want = QwenVLProcessor(s, backend="numpy").process([image], options, raw)
-    got = QwenVLProcessor(s, backend=backend).process([image], options, raw)
+    reference, ours = QwenVLProcessor(s, backend="numpy"), QwenVLProcessor(s, backend=backend)
+    want = reference.process([image], reference.resolve(options), raw)
+    got = ours.process([image], ours.resolve(options), raw)
     assert np.array_equal(got.tensors["image_grid_thw"], want.tensors["image_grid_thw"])
     pixels, expected = got.tensors["pixel_values"], want.tensors["pixel_values"]
     assert pixels.dtype == expected.dtype == (np.uint8 if raw else np.float32)
@@ -81,8 +82,9 @@ def test_native_equals_numpy(backend, raw, patch, temporal, height, width, optio
 def test_non_contiguous_image(backend):
     s = settings(14)
     image = noise(300, 400)[::2, ::-1]
-    want = QwenVLProcessor(s, backend="numpy").process([image], {}, True)
-    got = QwenVLProcessor(s, backend=backend).process([image], {}, True)
+    reference, ours = QwenVLProcessor(s, backend="numpy"), QwenVLProcessor(s, backend=backend)
+    want = reference.process([image], reference.resolve({}), True)
+    got = ours.process([image], ours.resolve({}), True)
     np.testing.assert_array_equal(got.tensors["pixel_values"], want.tensors["pixel_values"])
 
 
@@ -179,13 +181,13 @@ def test_big_outputs_from_the_pool_stay_intact(backend):
     s = settings(14)
     processor = QwenVLProcessor(s, backend=backend)
     options = {"max_pixels": 3840 * 2160}
-    first = processor.process([noise(2160, 3840, seed=1)], options, True)
+    first = processor.process([noise(2160, 3840, seed=1)], processor.resolve(options), True)
     pixels = first.tensors["pixel_values"]
     assert pixels.nbytes >= native.OUTPUTS.least
     kept = pixels.copy()
-    second = processor.process([noise(2160, 3840, seed=2)], options, True)
+    second = processor.process([noise(2160, 3840, seed=2)], processor.resolve(options), True)
     np.testing.assert_array_equal(pixels, kept)
     assert not np.array_equal(second.tensors["pixel_values"], kept)
     del first, pixels, second
-    third = processor.process([noise(2160, 3840, seed=1)], options, True)
+    third = processor.process([noise(2160, 3840, seed=1)], processor.resolve(options), True)
     np.testing.assert_array_equal(third.tensors["pixel_values"], kept)

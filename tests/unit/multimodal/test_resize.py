@@ -1,6 +1,6 @@
 """multimodal.resize must give exactly torchvision's uint8 CPU resize (HF torchvision backend).
 
-Every comparison runs on each backend (tests/resize_backends.py): the native kernels with
+Every comparison runs on each backend (tests/support/resize_backends.py): the native kernels with
 AVX-512, with AVX2 and without SIMD (skipped, visibly, if the extension is not built or the CPU
 cannot run them) and numpy.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from multimodal.resize import axis_weights, resize
-from tests import resize_backends
+from tests.support import resize_backends
 
 torch = pytest.importorskip("torch")
 tvf = pytest.importorskip("torchvision.transforms.v2.functional")

@@ -10,7 +10,7 @@ import pytest
 from multimodal import native
 from multimodal.processors import llava_next
 from multimodal.resize import resize
-from tests import resize_backends
+from tests.support import resize_backends
 
 pytestmark = pytest.mark.skipif(not native.AVAILABLE, reason="native kernels not built")
 
@@ -97,17 +97,17 @@ def test_llava_next_batches_equal_the_step_by_step_ones(tmp_path, raw):
     """Tiles straight from the kernels against transformers' steps one by one (resize, pad,
     slice, resize_and_crop, finish): a ragged batch, an image whose fitted size is the base
     (the resize done once), images that keep their size on an axis, tiny and large ones."""
-    from multimodal.registry import processor_for
-    from tests.test_processor_llava import build_model
+    from tests.support import load_processor
+    from tests.support.llava_models import build_model
 
-    processor = processor_for(build_model(tmp_path, "llava_next"))
+    processor = load_processor(build_model(tmp_path, "llava_next"))
     assert isinstance(processor, llava_next.LlavaNextProcessor) and processor._tiles_kept
     rng = np.random.default_rng(5)
     sizes = [(224, 224), (960, 1280), (12, 10), (336, 672), (672, 336), (1080, 1920), (500, 33)]
     images = [rng.integers(0, 256, (h, w, 3), np.uint8) for h, w in sizes]
-    fast = processor.process(images, {}, raw_pixels=raw).tensors["pixel_values"]
+    fast = processor.process(images, processor.resolve({}), raw_pixels=raw).tensors["pixel_values"]
     processor._tiles_kept = False
-    slow = processor.process(images, {}, raw_pixels=raw).tensors["pixel_values"]
+    slow = processor.process(images, processor.resolve({}), raw_pixels=raw).tensors["pixel_values"]
     assert fast.dtype == slow.dtype == (np.uint8 if raw else np.float32)
     assert fast.shape == slow.shape == (7, 5, 3, 336, 336)
     np.testing.assert_array_equal(fast, slow)

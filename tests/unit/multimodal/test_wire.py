@@ -9,7 +9,7 @@ import torch
 
 from engine_server.tensors import tensor_from_proto
 from multimodal.hashing import item_hash, settings_fingerprint
-from multimodal.processors.base import ProcessedImages
+from multimodal.processors.base import ProcessedItems
 from multimodal.wire import (
     encode_multimodal_inputs,
     field_pieces,
@@ -68,8 +68,8 @@ def test_hash_covers_bytes_and_every_tensor_setting():
     assert len(h) == 64
 
 
-def _processed(pixels: np.ndarray, **extra: np.ndarray) -> ProcessedImages:
-    return ProcessedImages(
+def _processed(pixels: np.ndarray, **extra: np.ndarray) -> ProcessedItems:
+    return ProcessedItems(
         tensors={"pixel_values": pixels, **extra},
         batched_keys=("image_sizes",) if "image_sizes" in extra else (),
         flat_keys={"pixel_values": "image_grid_thw"} if "image_grid_thw" in extra else {},

@@ -11,8 +11,8 @@ from vllm.entrypoints.openai.chat_completion.protocol import (
 from vllm.exceptions import VLLMValidationError
 
 from engine_server.sampling import sampling_params_from_proto
-from gateway.protocol import ChatCompletionRequest
-from gateway.sampling import SamplingError, max_tokens_for, to_proto
+from gateway.api.protocol import ChatCompletionRequest
+from gateway.api.sampling import SamplingError, max_tokens_for, to_proto
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 FIELDS = (

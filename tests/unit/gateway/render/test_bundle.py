@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from gateway.model_files import BundleError, unpack_bundle
+from gateway.render.bundle import BundleError, unpack_bundle
 
 
 def bundle(files: dict[str, bytes]) -> tuple[bytes, str]:

@@ -1,4 +1,4 @@
-"""gateway.chat renders chat requests to the same prompt and token ids as vLLM's server.
+"""gateway.render renders chat requests to the same prompt and token ids as vLLM's server.
 
 The reference is vLLM's own OpenAI chat path run offline: `OnlineRenderer.render_chat` (what
 /v1/chat/completions and vLLM's CPU-only render server call) on a real `ChatCompletionRequest`,
@@ -22,7 +22,11 @@ from typing import Any
 
 import pytest
 
-from gateway.chat import ChatRenderer, ChatRequestError, detect_content_format
+from gateway.errors import ChatRequestError
+from gateway.render.content_format import detect_content_format
+from gateway.render.model_files import ModelFiles
+from gateway.render.renderer import ChatRenderer
+from multimodal.registry import processors_for
 
 IMAGE_PH = "<|vision_start|><|image_pad|><|vision_end|>"
 
@@ -177,14 +181,20 @@ def text(value: str, **extra: Any) -> dict:
 # mmgate's side and the comparison
 
 
+def renderer_for(model: Path, **options: Any) -> ChatRenderer:
+    """The gateway's renderer for a model directory, built as `mmgate serve` builds it."""
+    files = ModelFiles.load(model)
+    return ChatRenderer(files, processors_for(files).placeholders, **options)
+
+
 @pytest.fixture(scope="module")
 def text_chat(text_model) -> ChatRenderer:
-    return ChatRenderer.from_model_dir(text_model)
+    return renderer_for(text_model)
 
 
 @pytest.fixture(scope="module")
 def vision_chat(vision_model) -> ChatRenderer:
-    return ChatRenderer.from_model_dir(vision_model)
+    return renderer_for(vision_model)
 
 
 def assert_same(
@@ -370,7 +380,7 @@ def test_vision_model_matches_vllm(vision_chat, vllm_vision, image_server):
             raise AssertionError(f"case {name!r}: {error}") from error
         urls = [p["image_url"]["url"] for m in messages if isinstance(m["content"], list)
                 for p in m["content"] if p.get("type") == "image_url"]  # fmt: skip
-        assert [url for url, _ in rendered.image_urls] == urls
+        assert [item.url for item in rendered.media] == urls
         assert rendered.prompt.count(IMAGE_PH) == len(urls)
 
 
@@ -378,7 +388,10 @@ def test_image_urls_keep_detail(vision_chat):
     rendered = vision_chat.render(
         [{"role": "user", "content": [image("http://a/1.png", "low"), image("data:x")]}]
     )
-    assert rendered.image_urls == [("http://a/1.png", "low"), ("data:x", None)]
+    assert [(i.modality, i.url, i.detail) for i in rendered.media] == [
+        ("image", "http://a/1.png", "low"),
+        ("image", "data:x", None),
+    ]
 
 
 def test_custom_templates_match_vllm(text_chat, vllm_text, text_model):
@@ -413,12 +426,12 @@ def test_custom_templates_match_vllm(text_chat, vllm_text, text_model):
         ),
     ]
     for template, messages, fields in cases:
-        ours = ChatRenderer.from_model_dir(text_model, chat_template=template)
+        ours = renderer_for(text_model, chat_template=template)
         assert_same(ours, vllm_text, messages, chat_template=template, **fields)
 
 
 def test_openai_format_parts_match_vllm(vision_model, vllm_vision, image_server):
-    ours = ChatRenderer.from_model_dir(vision_model, chat_template=PARTS_TEMPLATE)
+    ours = renderer_for(vision_model, chat_template=PARTS_TEMPLATE)
     messages = [
         {"role": "system", "content": "sys"},
         {
@@ -438,7 +451,7 @@ def test_openai_format_parts_match_vllm(vision_model, vllm_vision, image_server)
 def test_string_format_images_match_vllm(vision_model, vllm_vision, image_server):
     # A string-only template on a vision model: vLLM puts the model's placeholder before the
     # text, one line per image, unless the text already carries it.
-    ours = ChatRenderer.from_model_dir(vision_model, chat_template=CHATML_TEMPLATE)
+    ours = renderer_for(vision_model, chat_template=CHATML_TEMPLATE)
     red, blue = f"{image_server}/red.png", f"{image_server}/blue.png"
     cases = [
         [{"role": "user", "content": [text("first"), image(red), text("second"), image(blue)]}],
@@ -452,9 +465,7 @@ def test_string_format_images_match_vllm(vision_model, vllm_vision, image_server
 
 def test_interleaved_string_format_matches_vllm(vision_model, loop, image_server):
     vllm = VllmChat(vision_model, loop, interleave_mm_strings=True)
-    ours = ChatRenderer.from_model_dir(
-        vision_model, chat_template=CHATML_TEMPLATE, interleave_mm_strings=True
-    )
+    ours = renderer_for(vision_model, chat_template=CHATML_TEMPLATE, interleave_mm_strings=True)
     red = f"{image_server}/red.png"
     messages = [{"role": "user", "content": [text("before"), image(red), text("after")]}]
     rendered = assert_same(ours, vllm, messages, chat_template=CHATML_TEMPLATE)
@@ -482,7 +493,7 @@ def test_template_selection_matches_vllm(text_model, vision_model, loop, tmp_pat
 
     messages = [{"role": "user", "content": "hi"}]
     for model, expect in ((vision, "PROCESSOR"), (text_dir, "<|im_start|>")):
-        ours, vllm = ChatRenderer.from_model_dir(model), VllmChat(model, loop)
+        ours, vllm = renderer_for(model), VllmChat(model, loop)
         plain = assert_same(ours, vllm, messages)
         assert plain.prompt.startswith(expect)
         with_tools = assert_same(ours, vllm, messages, tools=[WEATHER_TOOL])
@@ -491,8 +502,8 @@ def test_template_selection_matches_vllm(text_model, vision_model, loop, tmp_pat
 
 
 def test_content_format_detection(text_chat, vision_chat):
-    assert detect_content_format(text_chat.templates.tokenizer) == "string"
-    assert detect_content_format(vision_chat.templates.processor) == "openai"
+    assert detect_content_format(text_chat.files.templates.tokenizer) == "string"
+    assert detect_content_format(vision_chat.files.templates.processor) == "openai"
     assert detect_content_format(PARTS_TEMPLATE) == "openai"
     assert detect_content_format(CHATML_TEMPLATE) == "string"
     macro = (
@@ -523,7 +534,7 @@ def test_unknown_part_type_is_refused(vision_chat):
 
 
 def test_image_to_text_model_is_refused(text_chat):
-    assert not text_chat.accepts_images
+    assert "image" not in text_chat.placeholders
     with pytest.raises(ChatRequestError, match=r"messages\[0\]\.content\[0\].*images"):
         text_chat.render([{"role": "user", "content": [image("http://x/a.png"), text("hi")]}])
 
@@ -562,7 +573,7 @@ def test_bad_requests_are_refused(text_chat, vision_chat):
 
 
 def test_template_errors_are_request_errors(text_model):
-    strict = ChatRenderer.from_model_dir(
+    strict = renderer_for(
         text_model,
         chat_template="{% if messages[0].role != 'system' %}"
         "{{ raise_exception('system message required') }}{% endif %}ok",
@@ -570,4 +581,4 @@ def test_template_errors_are_request_errors(text_model):
     with pytest.raises(ChatRequestError, match="system message required"):
         strict.render([{"role": "user", "content": "hi"}])
     with pytest.raises(ChatRequestError, match="compile"):
-        ChatRenderer.from_model_dir(text_model, chat_template="{% for %}")
+        renderer_for(text_model, chat_template="{% for %}")

@@ -12,7 +12,7 @@ from starlette.datastructures import State
 from starlette.responses import PlainTextResponse
 
 from gateway.errors import GatewayError
-from gateway.hot_routes import HotRoutes, parse_json
+from gateway.server.hot_routes import HotRoutes, parse_json
 
 
 async def fallback(scope, receive, send) -> None:

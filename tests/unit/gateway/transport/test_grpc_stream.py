@@ -1,8 +1,8 @@
-"""gateway.grpc_stream, our HTTP/2 client for streamed calls, against a real grpc.aio server.
+"""gateway.transport, our HTTP/2 client for streamed calls, against a real grpc.aio server.
 
 The server is grpcio's own (the C core speaks HTTP/2 for it), with a raw-bytes service whose
 behaviour each request chooses: how many messages of what size, an error status, a wait. The
-end-to-end tests of the gateway (test_gateway_*.py) run the same client against our engine
+end-to-end tests of the gateway (tests/e2e/gateway) run the same client against our engine
 worker and smg-grpc-servicer; these pin the protocol edges one by one and compare with
 grpc.aio where both can be asked the same thing.
 """
@@ -17,7 +17,7 @@ import grpc
 import numpy as np
 import pytest
 
-from gateway.grpc_stream import MessageBody, StreamChannel
+from gateway.transport import MessageBody, StreamChannel
 
 PATH = "/test.Streamer/Stream"
 

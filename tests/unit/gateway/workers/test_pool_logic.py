@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from gateway.admission import Admission
 from gateway.errors import GatewayError
-from gateway.routing import BLOCK_TOKENS, PrefixIndex, Router
-from gateway.worker_health import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, HealthGate
+from gateway.server.admission import Admission
+from gateway.workers.health import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, HealthGate
+from gateway.workers.routing import BLOCK_TOKENS, PrefixIndex, Router
 
 
 @dataclass(eq=False)

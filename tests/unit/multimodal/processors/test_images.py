@@ -1,6 +1,6 @@
-"""The committed images (tests/images), bytes to tensors, against vLLM's own decode followed by
-transformers' processor, for every Qwen-VL variant's settings. Regenerate the images with
-`python -m tests.images.make`."""
+"""The committed images (tests/support/images), bytes to tensors, against vLLM's own decode
+followed by transformers' processor, for every Qwen-VL variant's settings. Regenerate the
+images with `python -m tests.support.images.make`."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 from multimodal.decode import decode_pixels
 from multimodal.policy import MediaPolicy
-from multimodal.registry import processor_for
+from tests.support import IMAGES_DIR, load_processor
 
-IMAGES = sorted((Path(__file__).parent / "images").glob("*.[jp][pn]g"))
+IMAGES = sorted(IMAGES_DIR.glob("*.[jp][pn]g"))
 CLIP = {
     "image_mean": [0.48145466, 0.4578275, 0.40821073],
     "image_std": [0.26862954, 0.26130258, 0.27577711],
@@ -65,7 +65,7 @@ def variant(request, vision_model, tmp_path_factory):
     path = variant_dir(
         vision_model, tmp_path_factory.mktemp("v") / request.param, model_type, settings
     )
-    return processor_for(path), AutoImageProcessor.from_pretrained(path)
+    return load_processor(path), AutoImageProcessor.from_pretrained(path)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_committed_image_matches_vllm_then_transformers(variant, vllm_decode, pa
     want = hf(images=[theirs_image], return_tensors="np", **extra)
     # The gateway's decode: libjpeg-turbo straight into an array for the JPEGs.
     pixels = np.asarray(decode_pixels(data, MediaPolicy())[0])
-    got = ours.process([pixels], {}, raw_pixels=raw)
+    got = ours.process([pixels], ours.resolve({}), raw_pixels=raw)
     assert np.array_equal(got.tensors["image_grid_thw"], want["image_grid_thw"])
     diff = np.abs(got.tensors["pixel_values"].astype(np.float64) - want["pixel_values"])
     assert got.tensors["pixel_values"].dtype == want["pixel_values"].dtype

@@ -11,102 +11,11 @@ import pytest
 
 from multimodal.processors.base import OptionError
 from multimodal.processors.llava_next import num_image_tokens
-from multimodal.prompt import expand
-from multimodal.registry import processor_for
-from tests.synthetic_images import IMAGES
-
-IMAGE = "<image>"
-# LLaVA-1.5's "USER: <image>\n... ASSISTANT:" prompt format.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] == 'user' %}USER: "
-    "{% for c in message['content'] %}{% if c['type'] == 'image' %}<image>\n"
-    "{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}{% endfor %} "
-    "{% else %}ASSISTANT: {{ message['content'] }}</s>{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
-)
-# llava-v1.6's pinpoints, plus a model with an unusual set (odd multiples, 3x3) for the counts.
-NEXT_PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
-ODD_PINPOINTS = [[336, 336], [336, 1344], [1008, 672], [1008, 1008], [672, 1680], [2016, 336]]
-
-
-def build_model(out_dir, kind: str, pinpoints=NEXT_PINPOINTS):
-    from transformers import (
-        CLIPImageProcessor,
-        CLIPVisionConfig,
-        LlavaConfig,
-        LlavaImageProcessor,
-        LlavaNextConfig,
-        LlavaNextImageProcessor,
-        LlavaNextProcessor,
-        LlavaProcessor,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-    )
-
-    from engine_server.tiny_models import _base_tokenizer
-
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(("<s>", "</s>", "<pad>", IMAGE)),
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        chat_template=CHAT_TEMPLATE,
-        clean_up_tokenization_spaces=False,
-    )
-    image_token = tokenizer.convert_tokens_to_ids(IMAGE)
-    vision = CLIPVisionConfig(
-        image_size=336,
-        patch_size=14,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        projection_dim=32,
-    )
-    text = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
-    common = {
-        "vision_config": vision,
-        "text_config": text,
-        "image_token_index": image_token,
-        "vision_feature_select_strategy": "default",
-        "vision_feature_layer": -2,
-    }
-    # As in llava-hf's processor configs: patch 14, CLS counted, dropped by "default".
-    processor_kwargs = {
-        "tokenizer": tokenizer,
-        "patch_size": 14,
-        "vision_feature_select_strategy": "default",
-        "num_additional_image_tokens": 1,
-        "chat_template": CHAT_TEMPLATE,
-    }
-    crop = {"height": 336, "width": 336}
-    if kind in ("llava", "llava_pad"):
-        config = LlavaConfig(**common)
-        # LlavaImageProcessor's do_pad first pads to a square with the mean colour.
-        pixels = (
-            CLIPImageProcessor(size={"shortest_edge": 336}, crop_size=crop)
-            if kind == "llava"
-            else LlavaImageProcessor(size={"shortest_edge": 336}, crop_size=crop, do_pad=True)
-        )
-        processor = LlavaProcessor(image_processor=pixels, **processor_kwargs)
-    else:
-        config = LlavaNextConfig(**common, image_grid_pinpoints=pinpoints)
-        processor = LlavaNextProcessor(
-            image_processor=LlavaNextImageProcessor(
-                size={"shortest_edge": 336}, crop_size=crop, image_grid_pinpoints=pinpoints
-            ),
-            **processor_kwargs,
-        )
-    config.save_pretrained(out_dir)
-    processor.save_pretrained(out_dir)
-    return out_dir
+from multimodal.processors.options import NoOptions
+from multimodal.prompt import Placeholders, expand
+from tests.support import load_processor
+from tests.support.llava_models import NEXT_PINPOINTS, ODD_PINPOINTS, build_model
+from tests.support.synthetic_images import IMAGES
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +25,7 @@ def models(tmp_path_factory):
     built = {}
     for kind in ("llava", "llava_pad", "llava_next"):
         path = build_model(tmp_path_factory.mktemp(kind), kind)
-        built[kind] = (AutoProcessor.from_pretrained(path), processor_for(path))
+        built[kind] = (AutoProcessor.from_pretrained(path), load_processor(path))
     return built
 
 
@@ -133,7 +42,7 @@ def reference(hf, images, raw: bool):
 
 def check(hf, ours, images, raw: bool):
     out, unexpanded = reference(hf, images, raw)
-    got = ours.process([np.asarray(i) for i in images], {}, raw_pixels=raw)
+    got = ours.process([np.asarray(i) for i in images], ours.resolve({}), raw_pixels=raw)
     want, have = out["pixel_values"], got.tensors["pixel_values"]
     assert have.shape == want.shape
     # transformers leaves pixels uint8 with do_rescale/do_normalize off: what vLLM would send.
@@ -143,7 +52,8 @@ def check(hf, ours, images, raw: bool):
     if "image_sizes" in out:
         assert got.tensors["image_sizes"].dtype == out["image_sizes"].dtype
         assert np.array_equal(got.tensors["image_sizes"], out["image_sizes"])
-    ids, ranges = expand(unexpanded, ours.anchor_token_id, got.replacements)
+    placeholders = Placeholders("image", ours.anchor_token_id, got.replacements)
+    ids, (ranges,) = expand(unexpanded, [placeholders])
     assert ids == [int(i) for i in out["input_ids"][0]]
     assert all(ids[o : o + n] == [ours.anchor_token_id] * n for o, n in ranges)
     assert got.embed_token_id is None
@@ -183,7 +93,8 @@ def test_pad_to_square_matches_transformers(models, raw):
 
 
 def test_families_are_told_apart(models):
-    from multimodal.processors.base import ModelFiles
+    from types import SimpleNamespace
+
     from multimodal.processors.llava import LlavaProcessor
     from multimodal.processors.llava_next import LlavaNextProcessor
 
@@ -202,7 +113,7 @@ def test_families_are_told_apart(models):
         ({"model_type": "llava", "vision_config": {"model_type": "pixtral"}}, {}, False, False),
         ({"model_type": "llava"}, {"image_processor_type": "SiglipImageProcessor"}, False, False),
     ]:
-        files = ModelFiles(config=config, preprocessor=pre, vocab={})
+        files = SimpleNamespace(config=config, preprocessor=pre, vocab={})
         assert LlavaProcessor.matches(files) == llava
         assert LlavaNextProcessor.matches(files) == nxt
 
@@ -226,7 +137,7 @@ def test_next_token_count_is_vllms(tmp_path, pinpoints):
     from transformers import AutoConfig, AutoProcessor
 
     path = build_model(tmp_path, "llava_next", pinpoints)
-    ours = processor_for(path)
+    ours = load_processor(path)
     hf = AutoProcessor.from_pretrained(path)
     sizes = sizes_to_count()
     counts = [ours.num_image_tokens(h, w) for h, w in sizes]
@@ -261,6 +172,6 @@ def test_llava_token_count_is_vllms(models, tmp_path):
 @pytest.mark.parametrize("options", [{"do_resize": False}, {"size": {"shortest_edge": 224}}])
 def test_options_are_refused(models, kind, options):
     _, ours = models[kind]
-    assert ours.resolve_options({}) == {}
+    assert ours.resolve({}) == NoOptions()
     with pytest.raises(OptionError, match="accepted: none"):
-        ours.resolve_options(options)
+        ours.resolve(options)

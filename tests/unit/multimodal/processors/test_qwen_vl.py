@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from multimodal.processors.base import OptionError
-from multimodal.prompt import expand
-from multimodal.registry import processor_for
-from tests.synthetic_images import IMAGES
+from multimodal.prompt import Placeholders, expand
+from tests.support import load_processor
+from tests.support.synthetic_images import IMAGES
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def hf(vision_model):
 
 @pytest.fixture(scope="module")
 def ours(vision_model):
-    return processor_for(vision_model)
+    return load_processor(vision_model)
 
 
 def reference(hf, images, raw: bool, **kwargs):
@@ -38,14 +38,15 @@ def reference(hf, images, raw: bool, **kwargs):
 @pytest.mark.parametrize("name", IMAGES)
 def test_one_image_matches_transformers(hf, ours, name, raw):
     out, unexpanded = reference(hf, [IMAGES[name]], raw)
-    got = ours.process([np.asarray(IMAGES[name])], {}, raw_pixels=raw)
+    got = ours.process([np.asarray(IMAGES[name])], ours.resolve({}), raw_pixels=raw)
     assert np.array_equal(got.tensors["image_grid_thw"], out["image_grid_thw"])
     want = out["pixel_values"]
     assert got.tensors["pixel_values"].shape == want.shape
     assert got.tensors["pixel_values"].dtype == want.dtype
     diff = np.abs(got.tensors["pixel_values"].astype(np.float64) - want.astype(np.float64))
     assert diff.max() <= (0 if raw else 1e-5), f"max abs diff {diff.max()}"
-    ids, ranges = expand(unexpanded, ours.anchor_token_id, got.replacements)
+    placeholders = Placeholders("image", ours.anchor_token_id, got.replacements)
+    ids, (ranges,) = expand(unexpanded, [placeholders])
     assert ids == [int(i) for i in out["input_ids"][0]]
     assert [ids[o : o + n] == [ours.anchor_token_id] * n for o, n in ranges] == [True]
 
@@ -53,10 +54,11 @@ def test_one_image_matches_transformers(hf, ours, name, raw):
 def test_several_mixed_images_in_one_request(hf, ours):
     images = [IMAGES["tall"], IMAGES["large"], IMAGES["tiny"]]
     out, unexpanded = reference(hf, images, raw=True)
-    got = ours.process([np.asarray(i) for i in images], {}, raw_pixels=True)
+    got = ours.process([np.asarray(i) for i in images], ours.resolve({}), raw_pixels=True)
     assert np.array_equal(got.tensors["pixel_values"], out["pixel_values"])
     assert got.tensors["patches_per_image"].tolist() == out["image_grid_thw"].prod(1).tolist()
-    ids, ranges = expand(unexpanded, ours.anchor_token_id, got.replacements)
+    placeholders = Placeholders("image", ours.anchor_token_id, got.replacements)
+    ids, (ranges,) = expand(unexpanded, [placeholders])
     assert ids == [int(i) for i in out["input_ids"][0]]
     assert len(ranges) == 3
 
@@ -69,7 +71,7 @@ def test_per_request_pixel_bounds(hf, ours):
         raw=True,
         size={"shortest_edge": options["min_pixels"], "longest_edge": options["max_pixels"]},
     )
-    got = ours.process([np.asarray(IMAGES["large"])], options, raw_pixels=True)
+    got = ours.process([np.asarray(IMAGES["large"])], ours.resolve(options), raw_pixels=True)
     assert np.array_equal(got.tensors["image_grid_thw"], out["image_grid_thw"])
     assert np.array_equal(got.tensors["pixel_values"], out["pixel_values"])
 
@@ -85,4 +87,4 @@ def test_per_request_pixel_bounds(hf, ours):
 )
 def test_bad_options_are_refused(ours, options):
     with pytest.raises(OptionError):
-        ours.resolve_options(options)
+        ours.resolve(options)

@@ -1,0 +1,1 @@
+"""The OpenAI endpoints: request models (with vLLM's extensions) and one service per route."""

@@ -1,0 +1,183 @@
+"""The model's files, read once: every part of the gateway that needs them takes a `ModelFiles`.
+
+What is read, and where from (as transformers 5 and vLLM 0.32 read a model directory):
+- `config.json` and `generation_config.json`;
+- the tokenizer (`tokenizer.json`, parsed once) and `tokenizer_config.json`, with the named
+  special tokens transformers hands every chat template (`special_tokens_map`);
+- the chat templates: the tokenizer's (`chat_template.jinja`, `additional_chat_templates/`,
+  else `tokenizer_config.json`'s string or list of named templates) and, for models that have
+  an image or video processor, AutoProcessor's (`processor_config.json`, the legacy
+  `chat_template.json`, else `chat_template.jinja`);
+- the image processor's settings (`preprocessor_config.json`, or the `image_processor` entry
+  of transformers 5's `processor_config.json`).
+
+It also satisfies `multimodal.processors.base.ModelConfigs`, what a model family reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+# Standard named special tokens transformers passes to every template (SPECIAL_TOKEN_ATTRIBUTES).
+SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+
+
+@dataclass(frozen=True)
+class ChatTemplates:
+    """The templates transformers would load for the model's tokenizer and processor."""
+
+    tokenizer: str | dict[str, str] | None  # a dict when the tokenizer has named templates
+    processor: str | None  # AutoProcessor's, for models that have a processor
+
+
+@dataclass(frozen=True, eq=False)
+class ModelFiles:
+    path: Path
+    config: Mapping[str, Any]
+    generation_config: Mapping[str, Any]
+    tokenizer: Tokenizer
+    tokenizer_config: Mapping[str, Any]
+    special_tokens: Mapping[str, str]  # e.g. {"eos_token": "<|im_end|>"}: template variables
+    templates: ChatTemplates
+    preprocessor: Mapping[str, Any]  # the image processor's settings
+
+    @classmethod
+    def load(cls, path: Path) -> ModelFiles:
+        path = Path(path)
+        tokenizer_config = _json(path / "tokenizer_config.json")
+        config = _json(path / "config.json")
+        return cls(
+            path=path,
+            config=config,
+            generation_config=_json(path / "generation_config.json"),
+            tokenizer=Tokenizer.from_file(str(path / "tokenizer.json")),
+            tokenizer_config=tokenizer_config,
+            special_tokens=_special_tokens(path, tokenizer_config),
+            templates=ChatTemplates(
+                _tokenizer_templates(path, tokenizer_config), _processor_template(path)
+            ),
+            preprocessor=_image_processor_config(path),
+        )
+
+    @property
+    def model_type(self) -> str | None:
+        return self.config.get("model_type")
+
+    @functools.cached_property
+    def vocab(self) -> Mapping[str, int]:
+        """Token text -> id, added tokens included (looked up in the tokenizer, not copied)."""
+        return _Vocab(self.tokenizer)
+
+    @functools.cached_property
+    def added_tokens(self) -> dict[int, str]:
+        decoder = self.tokenizer.get_added_tokens_decoder()
+        return {tid: token.content for tid, token in decoder.items()}
+
+    @property
+    def clean_up_spaces(self) -> bool:
+        """transformers' clean_up_tokenization_spaces, applied when vLLM decodes a prompt."""
+        return bool(self.tokenizer_config.get("clean_up_tokenization_spaces", False))
+
+
+def is_model_dir(path: Path) -> bool:
+    return (Path(path) / "tokenizer.json").is_file()
+
+
+class _Vocab(Mapping[str, int]):
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def __getitem__(self, token: str) -> int:
+        token_id = self._tokenizer.token_to_id(token)
+        if token_id is None:
+            raise KeyError(token)
+        return token_id
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tokenizer.get_vocab(with_added_tokens=True))
+
+    def __len__(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def _tokenizer_templates(path: Path, tokenizer_config: Mapping[str, Any]) -> Any:
+    # transformers 5: chat_template.jinja and additional_chat_templates/*.jinja replace
+    # tokenizer_config.json's "chat_template" (a string or a list of named templates).
+    named = {}
+    default = path / "chat_template.jinja"
+    if default.is_file():
+        named["default"] = default.read_text(encoding="utf-8")
+    extra = path / "additional_chat_templates"
+    if extra.is_dir():
+        for file in sorted(extra.glob("*.jinja")):
+            named[file.name.removesuffix(".jinja")] = file.read_text(encoding="utf-8")
+    if not named:
+        value = tokenizer_config.get("chat_template")
+        if isinstance(value, list):
+            named = {t["name"]: t["template"] for t in value}
+        elif isinstance(value, str):
+            return value
+    if list(named) == ["default"]:
+        return named["default"]
+    return named or None
+
+
+def _processor_template(path: Path) -> str | None:
+    # Only models with a processor (an image/video preprocessor) get AutoProcessor's template.
+    config = _json(path / "processor_config.json")
+    if not config and not (path / "preprocessor_config.json").is_file():
+        return None
+    if isinstance(config.get("chat_template"), str):
+        return config["chat_template"]
+    legacy = _json(path / "chat_template.json").get("chat_template")
+    if isinstance(legacy, str):
+        return legacy
+    jinja_file = path / "chat_template.jinja"
+    return jinja_file.read_text(encoding="utf-8") if jinja_file.is_file() else None
+
+
+def _special_tokens(path: Path, config: Mapping[str, Any]) -> dict[str, str]:
+    """transformers' `tokenizer.special_tokens_map`: named special tokens as strings."""
+    values: dict[str, Any] = {k: config.get(k) for k in SPECIAL_TOKEN_NAMES}
+    extra = config.get("extra_special_tokens")
+    if isinstance(extra, dict):  # model-specific named tokens, e.g. {"image_token": "<image>"}
+        values.update(extra)
+    if "added_tokens_decoder" not in config:
+        # Legacy layout: special_tokens_map.json overrides the config's entries.
+        for key, value in _json(path / "special_tokens_map.json").items():
+            if key in SPECIAL_TOKEN_NAMES or (isinstance(extra, dict) and key in extra):
+                values[key] = value
+    return {k: s for k, v in values.items() if (s := _token_text(v)) is not None}
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):  # a serialized AddedToken
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _image_processor_config(path: Path) -> dict[str, Any]:
+    config = _json(path / "preprocessor_config.json")
+    if not config:
+        # transformers 5 nests the image processor's settings in processor_config.json.
+        config = _json(path / "processor_config.json").get("image_processor", {})
+    return config
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -1,0 +1,43 @@
+"""What `mmgate serve` is told: the model, the workers, and the server's limits and policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.workers.pool import PoolOptions
+from multimodal.media import MediaPolicy
+
+
+@dataclass
+class CorsConfig:
+    """vLLM's --allowed-origins/methods/headers and --allow-credentials; no origins by default."""
+
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+
+
+@dataclass
+class AdmissionConfig:
+    """At most max_in_flight generation requests at once, max_queue waiting (429 beyond),
+    each waiting at most queue_timeout seconds (503 after)."""
+
+    max_in_flight: int = 256
+    max_queue: int = 1024
+    queue_timeout: float = 30.0
+
+
+@dataclass
+class GatewayConfig:
+    model: Path  # a local model directory, or a name whose files come from the workers
+    workers: list[str]
+    served_model_name: str | None = None
+    chat_template: str | None = None
+    media_policy: MediaPolicy = field(default_factory=MediaPolicy)
+    api_keys: list[str] = field(default_factory=list)
+    cors: CorsConfig = field(default_factory=CorsConfig)
+    worker_dns: list[str] = field(default_factory=list)
+    pool: PoolOptions = field(default_factory=PoolOptions)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)

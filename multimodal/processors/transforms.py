@@ -1,0 +1,126 @@
+"""Image steps shared by the families, each bit-identical to transformers' torchvision backend
+(what vLLM runs), as transformers' `image_transforms.py` and SMG's `transforms.rs` share them.
+
+All work on HxWxC uint8 arrays; a family file composes them and holds only what differs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from multimodal import native
+from multimodal.processors.base import ModelConfigError
+from multimodal.resize import resize
+
+# OpenAI CLIP's normalization, transformers' OPENAI_CLIP_MEAN / OPENAI_CLIP_STD: the defaults
+# of CLIP-like and Qwen-VL image processors.
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+# PIL resample codes transformers stores in preprocessor configs.
+RESAMPLE = {2: "bilinear", 3: "bicubic"}
+
+
+def channel_triple(values: Any) -> tuple[float, float, float]:
+    """A config's image_mean / image_std: one value for all channels, or three."""
+    if isinstance(values, (int, float)):
+        return (float(values),) * 3
+    values = tuple(float(v) for v in values)
+    if len(values) != 3:
+        raise ModelConfigError(f"expected 3 channel values, got {values}")
+    return values
+
+
+def fused_normalization(
+    mean: Sequence[float], std: Sequence[float], rescale_factor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rescale and normalize fused as transformers does it: (x - mean/r) / (std/r) in float32,
+    on uint8 x. Returns (mean/r, std/r) per channel."""
+    scale = np.float32(1.0 / rescale_factor)
+    return np.asarray(mean, dtype=np.float32) * scale, np.asarray(std, dtype=np.float32) * scale
+
+
+def shortest_edge_size(height: int, width: int, size: int) -> tuple[int, int]:
+    """transformers' get_resize_output_image_size(default_to_square=False): long edge int()."""
+    short, long = (width, height) if width <= height else (height, width)
+    new_long = int(size * long / short)
+    return (new_long, size) if width <= height else (size, new_long)
+
+
+def resize_to(image: np.ndarray, height: int, width: int, method: str) -> np.ndarray:
+    # torchvision returns the input untouched when the size does not change.
+    if image.shape[:2] == (height, width):
+        return image
+    return resize(image, height, width, method)
+
+
+def pad(image: np.ndarray, left: int, top: int, right: int, bottom: int, fill=0) -> np.ndarray:
+    """tvF.pad with a constant (scalar or per-channel) fill, HWC."""
+    h, w, c = image.shape
+    out = np.empty((h + top + bottom, w + left + right, c), dtype=image.dtype)
+    fill = np.asarray(fill, dtype=image.dtype)
+    # Fill only the border strips; the image is copied over the rest.
+    out[:top] = fill
+    out[top + h :] = fill
+    out[top : top + h, :left] = fill
+    out[top : top + h, left + w :] = fill
+    out[top : top + h, left : left + w] = image
+    return out
+
+
+def center_crop(image: np.ndarray, crop_h: int, crop_w: int) -> np.ndarray:
+    """TorchvisionBackend.center_crop: zero-pad when too small, then int((size - crop) / 2)."""
+    h, w = image.shape[:2]
+    if crop_w > w or crop_h > h:
+        image = pad(
+            image,
+            (crop_w - w) // 2 if crop_w > w else 0,
+            (crop_h - h) // 2 if crop_h > h else 0,
+            (crop_w - w + 1) // 2 if crop_w > w else 0,
+            (crop_h - h + 1) // 2 if crop_h > h else 0,
+        )
+        h, w = image.shape[:2]
+        if (h, w) == (crop_h, crop_w):
+            return image
+    top = int((h - crop_h) / 2.0)
+    left = int((w - crop_w) / 2.0)
+    return image[top : top + crop_h, left : left + crop_w]
+
+
+def channel_planes(image: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """HWC uint8 to CHW uint8, into `out` if given; else, without the native kernels, a
+    transposed view."""
+    if native.AVAILABLE and image.ndim == 3 and image.shape[2] == 3:
+        return native.chw(image, out)
+    if out is None:
+        return image.transpose(2, 0, 1)
+    out[...] = image.transpose(2, 0, 1)
+    return out
+
+
+def select_best_resolution(
+    height: int, width: int, resolutions: Sequence[Sequence[int]]
+) -> tuple[int, int]:
+    """transformers' select_best_resolution: most effective pixels, then least waste."""
+    best, best_effective, best_waste = None, 0, float("inf")
+    for res_h, res_w in resolutions:
+        scale = min(res_w / width, res_h / height)
+        down_w, down_h = int(width * scale), int(height * scale)
+        effective = min(down_w * down_h, width * height)
+        waste = res_w * res_h - effective
+        if effective > best_effective or (effective == best_effective and waste < best_waste):
+            best, best_effective, best_waste = (res_h, res_w), effective, waste
+    if best is None:
+        raise ModelConfigError("image_grid_pinpoints is empty")
+    return best
+
+
+def fit_within(height: int, width: int, target_h: int, target_w: int) -> tuple[int, int]:
+    """transformers' get_patch_output_size: fit inside the target keeping aspect, ceil."""
+    scale_w, scale_h = target_w / width, target_h / height
+    if scale_w < scale_h:
+        return min(math.ceil(height * scale_w), target_h), target_w
+    return target_h, min(math.ceil(width * scale_h), target_w)
