@@ -5,9 +5,10 @@ What is read, and where from (as transformers 5 and vLLM 0.32 read a model direc
 - the tokenizer (`tokenizer.json`, parsed once) and `tokenizer_config.json`, with the named
   special tokens transformers hands every chat template (`special_tokens_map`);
 - the chat templates: the tokenizer's (`chat_template.jinja`, `additional_chat_templates/`,
-  else `tokenizer_config.json`'s string or list of named templates) and, for models that have
-  an image or video processor, AutoProcessor's (`processor_config.json`, the legacy
-  `chat_template.json`, else `chat_template.jinja`);
+  else `tokenizer_config.json`'s string or list of named templates), for models that have an
+  image or video processor AutoProcessor's (`processor_config.json`, the legacy
+  `chat_template.json`, else `chat_template.jinja`), and vLLM's built-in fallback for the
+  model_type (`fallback_templates/`), used when the model has none;
 - the image processor's settings (`preprocessor_config.json`, or the `image_processor` entry
   of transformers 5's `processor_config.json`).
 
@@ -43,6 +44,7 @@ class ChatTemplates:
 
     tokenizer: str | dict[str, str] | None  # a dict when the tokenizer has named templates
     processor: str | None  # AutoProcessor's, for models that have a processor
+    fallback: str | None = None  # vLLM's built-in template for the model_type
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,7 +71,9 @@ class ModelFiles:
             tokenizer_config=tokenizer_config,
             special_tokens=_special_tokens(path, tokenizer_config),
             templates=ChatTemplates(
-                _tokenizer_templates(path, tokenizer_config), _processor_template(path)
+                _tokenizer_templates(path, tokenizer_config),
+                _processor_template(path),
+                fallback_template(config.get("model_type"), str(path)),
             ),
             preprocessor=_image_processor_config(path),
         )
@@ -113,6 +117,34 @@ class _Vocab(Mapping[str, int]):
 
     def __len__(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+# vLLM's _MODEL_TYPE_TO_CHAT_TEMPLATE_FALLBACK (vllm/transformers_utils/chat_templates).
+_FALLBACKS = {
+    "blip-2": "blip2",
+    "clip": "basic",
+    "colpali": "basic",
+    "deepseek_ocr": "deepseek_ocr",
+    "deepseek_ocr2": "deepseek_ocr",
+    "unlimited-ocr": "deepseek_ocr",
+    "unlimited_ocr": "deepseek_ocr",
+    "deepseek_vl_v2": "deepseek_vl2",
+    "minicpmv": "minicpmv",
+    "minicpmv4_6": "minicpmv",
+    "minicpmv4_7": "minicpmv",
+    "paligemma": "basic",
+    "siglip": "basic",
+    "siglip2": "basic",
+}
+_FALLBACK_DIR = Path(__file__).parent / "fallback_templates"
+
+
+def fallback_template(model_type: str | None, name_or_path: str) -> str | None:
+    """vLLM's built-in chat template for a model_type that ships none (its 4th choice)."""
+    name = _FALLBACKS.get(model_type or "")
+    if name == "minicpmv":  # MiniCPM-V 4.5 has its own; the other versions take ChatML
+        name = "minicpmv45" if "4.5" in name_or_path or "4_5" in name_or_path else "chatml"
+    return (_FALLBACK_DIR / f"{name}.jinja").read_text(encoding="utf-8") if name else None
 
 
 def _tokenizer_templates(path: Path, tokenizer_config: Mapping[str, Any]) -> Any:

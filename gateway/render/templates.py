@@ -1,9 +1,9 @@
 """Which chat template renders a request, and the Jinja environment it runs in.
 
-Selection is vLLM's `resolve_chat_template` (vllm/renderers/hf.py), without its built-in
-fallback templates: `--chat-template` (a literal, or the name of one of the tokenizer's named
-templates) > the processor's template (only when the request has no tools) > the tokenizer's
-(`tool_use` when there are tools, else `default`).
+Selection is vLLM's `resolve_chat_template` (vllm/renderers/hf.py): `--chat-template` (a
+literal, or the name of one of the tokenizer's named templates) > the processor's template
+(only when the request has no tools) > the tokenizer's (`tool_use` when there are tools, else
+`default`) > vLLM's built-in fallback for the model_type.
 
 The environment is transformers' (`render_jinja_template`): a sandbox with trim_blocks and
 lstrip_blocks, loop controls, a `tojson` that does not escape HTML, `raise_exception`,
@@ -31,7 +31,7 @@ from gateway.render.model_files import ChatTemplates
 def select_template(
     templates: ChatTemplates, chat_template: str | None, tools: Sequence[Any] | None
 ) -> str:
-    """vLLM's resolve_chat_template (without its built-in fallback templates)."""
+    """vLLM's resolve_chat_template."""
     if chat_template is None and tools is None and templates.processor is not None:
         return templates.processor
     named = templates.tokenizer
@@ -42,10 +42,14 @@ def select_template(
             return named["tool_use"]
         if "default" in named:
             return named["default"]
+        if templates.fallback is not None:
+            return templates.fallback
         raise ChatRequestError(
             f"the model has several chat templates and no default: {sorted(named)}"
         )
     template = chat_template if chat_template is not None else named
+    if template is None:
+        template = templates.fallback
     if template is None:
         raise ChatRequestError(
             "the model has no chat template; start the gateway with --chat-template"
