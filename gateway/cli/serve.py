@@ -158,16 +158,23 @@ def _pool_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str]) -> int:
     import uvicorn
 
+    from gateway.errors import MmgateError
     from gateway.render.templates import read_chat_template_arg
     from gateway.server.app import create_app
     from gateway.server.config import CorsConfig, GatewayConfig
     from gateway.server.request_log import configure_logging
+    from gateway.workers.worker import parse_address
     from multimodal.media import MediaPolicy
 
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.worker and not args.worker_dns:
         parser.error("give at least one --worker or --worker-dns")
+    for url in args.worker + args.worker_dns:
+        try:
+            parse_address(url)
+        except MmgateError as error:
+            parser.error(error.message)
     env_key = os.environ.get("VLLM_API_KEY")
     policy = MediaPolicy(
         allowed_domains=tuple(args.allowed_media_domains) if args.allowed_media_domains else None,
