@@ -9,8 +9,9 @@ What is read, and where from (as transformers 5 and vLLM 0.32 read a model direc
   image or video processor AutoProcessor's (`processor_config.json`, the legacy
   `chat_template.json`, else `chat_template.jinja`), and vLLM's built-in fallback for the
   model_type (`fallback_templates/`), used when the model has none;
-- the image processor's settings (`preprocessor_config.json`, or the `image_processor` entry
-  of transformers 5's `processor_config.json`).
+- the image and video processors' settings (`preprocessor_config.json` and
+  `video_preprocessor_config.json`, or the `image_processor` and `video_processor` entries of
+  transformers 5's `processor_config.json`).
 
 It also satisfies `multimodal.processors.base.ModelConfigs`, what a model family reads.
 """
@@ -57,6 +58,7 @@ class ModelFiles:
     special_tokens: Mapping[str, str]  # e.g. {"eos_token": "<|im_end|>"}: template variables
     templates: ChatTemplates
     preprocessor: Mapping[str, Any]  # the image processor's settings
+    video_preprocessor: Mapping[str, Any]  # the video processor's, for models that take video
 
     @classmethod
     def load(cls, path: Path) -> ModelFiles:
@@ -75,7 +77,10 @@ class ModelFiles:
                 _processor_template(path),
                 fallback_template(config.get("model_type"), str(path)),
             ),
-            preprocessor=_image_processor_config(path),
+            preprocessor=_processor_config(path, "preprocessor_config.json", "image_processor"),
+            video_preprocessor=_processor_config(
+                path, "video_preprocessor_config.json", "video_processor"
+            ),
         )
 
     @property
@@ -203,11 +208,11 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _image_processor_config(path: Path) -> dict[str, Any]:
-    config = _json(path / "preprocessor_config.json")
+def _processor_config(path: Path, file_name: str, key: str) -> dict[str, Any]:
+    config = _json(path / file_name)
     if not config:
-        # transformers 5 nests the image processor's settings in processor_config.json.
-        config = _json(path / "processor_config.json").get("image_processor", {})
+        # transformers 5 nests the processors' settings in processor_config.json.
+        config = _json(path / "processor_config.json").get(key, {})
     return config
 
 

@@ -19,6 +19,7 @@ def test_reads_every_file_the_gateway_needs(vision_model):
     assert files.vocab["<|image_pad|>"] == 3005 and "<|image_pad|>" in files.vocab
     assert files.added_tokens[3005] == "<|image_pad|>"
     assert files.preprocessor["max_pixels"] == 28 * 28 * 64
+    assert files.video_preprocessor["video_processor_type"] == "Qwen2VLVideoProcessor"
     assert files.templates.processor is not None and files.templates.fallback is None
     with pytest.raises(KeyError):
         files.vocab["<not a token>"]
