@@ -8,7 +8,7 @@ and, when libjpeg-turbo's ``cjpeg`` is on PATH, with cjpeg (odd sampling factors
 coding, RGB colour space, float DCT), adds the JPEGs under tests/support/images, and compares
 ``multimodal.decode.decode_pixels`` with vLLM's ``ImageMediaIO().load_bytes`` on each: same
 pixels (or both failing). Prints how many took the fast path and every difference; exits 1 on
-any. The tests run a smaller set (tests/test_jpeg_fast_path.py).
+any. The tests run a smaller set (tests/unit/multimodal/test_jpeg_fast_path.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ change is skipped, and an unchanged size overall returns the input.
 
 Two backends compute the same bytes: the native kernels (multimodal.native, C with AVX2 or
 AVX-512) when they are built, else numpy matrix products (multimodal.resize_numpy).  The result
-is bit-identical to torchvision for 1-4 channels (checked by tests/test_resize.py for all).
+is bit-identical to torchvision for 1-4 channels (checked for all by
+tests/unit/multimodal/test_resize.py).
 
 Pillow uses the same filters but 22-bit int32 weights on every axis (1-2 grey levels off on
 <1% of pixels), and Pillow 13 runs the vertical pass first for e.g. 640x480 -> 644x476, so
