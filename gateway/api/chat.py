@@ -37,7 +37,6 @@ class ChatService:
         token_texts: TokenTexts,
     ) -> None:
         self.model_name = model_name
-        self.files = files
         self.tokenizer = files.tokenizer
         self.added = files.added_tokens
         self.prompts = prompts
