@@ -93,6 +93,33 @@ def test_private_urls_are_refused_by_default(vision_model, worker, image_server,
         gateway.stop()
 
 
+def test_bad_processor_options_are_400s_naming_the_key(vision_model, worker, tmp_path_factory):
+    """mm_processor_kwargs are checked against the family's typed options before any work."""
+    data_uri = "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)).decode()
+    content = [{"type": "image_url", "image_url": {"url": data_uri}}, {"type": "text", "text": "?"}]
+    cases = {
+        "max_pixels": "mm_processor_kwargs.max_pixels must be a positive integer",
+        "size": "mm_processor_kwargs.size.longest_edge must be a positive integer",
+        "resample": "unsupported mm_processor_kwargs ['resample'] for Qwen-VL (accepted: "
+        "min_pixels, max_pixels, size)",
+    }
+    values = {"max_pixels": "many", "size": {"longest_edge": 0}, "resample": 3}
+    gateway = gateway_for(vision_model, worker, tmp_path_factory)
+    try:
+        for key, message in cases.items():
+            body = {
+                "messages": [{"role": "user", "content": content}],
+                "max_tokens": 2,
+                "mm_processor_kwargs": {key: values[key]},
+            }
+            reply = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=60)
+            assert reply.status_code == 400, reply.text
+            error = reply.json()["error"]
+            assert (error["message"], error["param"]) == (message, "mm_processor_kwargs")
+    finally:
+        gateway.stop()
+
+
 def test_tokenize_with_images_equals_vllm(vision_model, worker, tmp_path_factory):
     """/tokenize expands each image into its placeholder tokens exactly as vLLM's does."""
     from tests.support.engines import MAX_MODEL_LEN
