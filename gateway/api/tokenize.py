@@ -23,11 +23,9 @@ class TokenizeService:
     def __init__(
         self, model_name: str, files: ModelFiles, prompts: PromptBuilder, max_model_len: int
     ) -> None:
-        self.model_name = model_name
+        self.model_name, self.prompts, self.max_model_len = model_name, prompts, max_model_len
+        self.files = files
         self.tokenizer = files.tokenizer
-        self.clean_up_spaces = files.clean_up_spaces
-        self.prompts = prompts
-        self.max_model_len = max_model_len
 
     async def tokenize(self, body: Any) -> dict:
         is_chat = isinstance(body, dict) and "messages" in body
@@ -54,4 +52,4 @@ class TokenizeService:
         vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
         if bad := [t for t in request.tokens if not 0 <= t < vocab]:
             raise GatewayError(f"token id {bad[0]} is out of vocabulary", 400, "tokens")
-        return {"prompt": decode_prompt(self.tokenizer, request.tokens, self.clean_up_spaces)}
+        return {"prompt": decode_prompt(self.tokenizer, request.tokens, self.files.clean_up_spaces)}
