@@ -21,9 +21,6 @@ class ModelProcessors:
 
     by_modality: Mapping[Modality, ItemProcessor] = field(default_factory=dict)
 
-    def __bool__(self) -> bool:
-        return bool(self.by_modality)
-
     @property
     def placeholders(self) -> dict[Modality, str]:
         """The text vLLM writes per item into a "string"-format chat prompt, per modality."""

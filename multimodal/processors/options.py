@@ -39,15 +39,11 @@ def option(*, minimum: int | None = None, doc: str = "") -> Any:
     return dataclasses.field(default=None, metadata={"minimum": minimum, "doc": doc})
 
 
-def accepted_keys(options: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(options)]
-
-
 def parse_options(options: type[T], given: Any, family: str, key: str = KEY) -> T:
     """`given` (a request's JSON object) as an instance of `options`, or an OptionError."""
     if not isinstance(given, Mapping):
         raise OptionError(f"{key} must be an object")
-    names = accepted_keys(options)
+    names = [f.name for f in dataclasses.fields(options)]
     if unknown := sorted(set(given) - set(names)):
         accepted = ", ".join(names) or "none"
         where = "mm_processor_kwargs" if key == KEY else key

@@ -37,7 +37,8 @@ class QwenVLSize:
 
 @dataclass(frozen=True)
 class QwenVLOptions:
-    """mm_processor_kwargs for Qwen2-VL, Qwen2.5-VL and Qwen3-VL images."""
+    """mm_processor_kwargs for Qwen2-VL, Qwen2.5-VL and Qwen3-VL images. Zero is refused for
+    both bounds, as transformers' resize refuses a falsy shortest or longest edge."""
 
     min_pixels: int | None = option(minimum=1, doc="fewest pixels after the resize")
     max_pixels: int | None = option(minimum=1, doc="most pixels after the resize")

@@ -1,6 +1,6 @@
 """What tests share: real engines and peers (engines, gateway_process, fake_worker), reference
-implementations run offline (vllm_tokenize), test data (images/, synthetic_images, llava_models)
-and small servers (http_files)."""
+implementations run offline (vllm_tokenize), test data and cases (images/, synthetic_images,
+llava_models, e2e_cases) and small servers (http_files)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.e2e_cases import MM_LIMITS, make_image, png_bytes
 from tests.support.engines import MAX_MODEL_LEN, ROOT
-from tests.support.requests import MM_LIMITS, make_image, png_bytes
 from tests.support.vllm_tokenize import VllmTokenization
 
 # ChatML that prints a message's content as one string: vLLM's "string" content format, in

@@ -18,8 +18,8 @@ from vllm import SamplingParams
 
 from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
+from tests.support.e2e_cases import MM_LIMITS, chat_prompt, make_image
 from tests.support.engines import ReferenceEngine, serve_worker
-from tests.support.requests import MM_LIMITS, chat_prompt, make_image
 
 SIZES_KEY = "patches_per_image"  # per-image patch counts: the sizes tensor pixel_values is cut by
 

@@ -11,10 +11,10 @@ import openai
 import pytest
 from vllm import SamplingParams
 
+from tests.support.e2e_cases import IMAGE, MM_LIMITS, ask, chat_prompt, make_image, png_bytes
 from tests.support.engines import ReferenceEngine, serve_worker
 from tests.support.gateway_process import GatewayProcess
 from tests.support.http_files import serve_bytes
-from tests.support.requests import IMAGE, MM_LIMITS, ask, chat_prompt, make_image, png_bytes
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
+from tests.support.e2e_cases import MESSAGES, vllm_says
 from tests.support.gateway_process import GatewayProcess, read_chat_stream
-from tests.support.requests import MESSAGES, vllm_says
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,7 @@ import openai
 import pytest
 from vllm import SamplingParams
 
-from tests.support.engines import ReferenceEngine, UpstreamServicerProcess
-from tests.support.gateway_process import GatewayProcess, read_chat_stream
-from tests.support.http_files import serve_bytes
-from tests.support.requests import (
+from tests.support.e2e_cases import (
     IMAGE,
     MESSAGES,
     MM_LIMITS,
@@ -27,6 +24,9 @@ from tests.support.requests import (
     png_bytes,
     vllm_says,
 )
+from tests.support.engines import ReferenceEngine, UpstreamServicerProcess
+from tests.support.gateway_process import GatewayProcess, read_chat_stream
+from tests.support.http_files import serve_bytes
 
 pytestmark = pytest.mark.slow
 COMPACT_JSON = {"backend": "xgrammar", "disable_any_whitespace": True}
