@@ -10,6 +10,8 @@ DESCRIPTION = """\
 Serve a model over the vllm.grpc.engine.VllmEngine gRPC protocol (the wire SMG speaks).
 Clients (the mmgate gateway, SMG, llm-d) send token ids and preprocessed multimodal
 tensors; the worker feeds vLLM's AsyncLLM directly, bypassing vLLM's HF processor.
+With --mm-processor inprocess it also takes raw media references (media_refs) for models
+the router does not preprocess, and runs vLLM's own processor on them.
 
 Without --model it serves a tiny random-weight chat model built locally (a demo).
 Every vLLM engine argument (--max-model-len, --dtype, --enforce-eager, ...) is accepted.
@@ -19,6 +21,8 @@ Every vLLM engine argument (--max-model-len, --dtype, --enforce-eager, ...) is a
 def build_parser():
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from engine_server.media_refs import DEFAULT_MAX_ITEM_BYTES, ENV, ITEM_BYTES_ENV, MODES
 
     parser = FlexibleArgumentParser(prog="mmgate engine", description=DESCRIPTION)
     group = parser.add_argument_group("mmgate engine server")
@@ -30,6 +34,22 @@ def build_parser():
         default=30.0,
         help="seconds to let in-flight requests finish on SIGTERM (default: %(default)s)",
     )
+    group.add_argument(
+        "--mm-processor",
+        choices=MODES,
+        type=str.lower,
+        default=None,
+        help="worker-side media processing: off refuses media_refs (routers preprocess); "
+        "inprocess fetches them (under --allowed-media-domains / --allowed-local-media-path) "
+        f"and runs vLLM's own processor. Unset: ${ENV}, else off",
+    )
+    group.add_argument(
+        "--mm-max-item-bytes",
+        type=int,
+        default=None,
+        help="largest inline (data:) media item accepted in media_refs, in bytes "
+        f"(default: ${ITEM_BYTES_ENV}, else {DEFAULT_MAX_ITEM_BYTES})",
+    )
     AsyncEngineArgs.add_cli_args(parser)
     parser.set_defaults(model=None)
     return parser
@@ -38,9 +58,15 @@ def build_parser():
 def main(argv: list[str]) -> int:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
+    from engine_server.media_refs import MediaRefSettings
     from engine_server.server import ServeOptions, serve
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:  # before the model loads: a bad setting must not cost a load
+        media = MediaRefSettings.resolve(args.mm_processor, args.mm_max_item_bytes)
+    except ValueError as error:
+        parser.error(str(error))
     if args.model is None:
         from engine_server.tiny_models import ensure_model
 
@@ -50,6 +76,8 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    options = ServeOptions(host=args.host, port=args.port, drain_timeout=args.drain_timeout)
+    options = ServeOptions(
+        host=args.host, port=args.port, drain_timeout=args.drain_timeout, media=media
+    )
     asyncio.run(serve(AsyncEngineArgs.from_cli_args(args), options))
     return 0

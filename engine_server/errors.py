@@ -12,6 +12,11 @@ class InvalidRequest(ValueError):
     """A request the engine must refuse; the message names the offending field."""
 
 
+class MediaUnavailable(RuntimeError):
+    """Media a request refers to could not be fetched now (a timeout, a refused connection):
+    UNAVAILABLE, so a router may retry the request elsewhere."""
+
+
 # vLLM's admission control (queue full, too many queued tokens) says which HTTP status it
 # means; these are the gRPC codes a router retries elsewhere or backs off on.
 _HTTP_TO_GRPC = {
@@ -24,6 +29,8 @@ _HTTP_TO_GRPC = {
 def status_for(error: BaseException) -> grpc.StatusCode:
     # vLLM raises ValueError or VLLMClientError for bad input: out-of-vocabulary ids,
     # prompts longer than the context, sampling values it refuses.
+    if isinstance(error, MediaUnavailable):
+        return grpc.StatusCode.UNAVAILABLE
     if isinstance(error, (ValueError, TypeError, OverflowError, VLLMClientError)):
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(error, GracefulHTTPError):

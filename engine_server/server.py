@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from engine_server.media_refs import MediaRefSettings, build_media_processor
 from engine_server.servicer import EngineServicer
 from protos import vllm_engine_pb2, vllm_engine_pb2_grpc
 
@@ -34,6 +35,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 50051
     drain_timeout: float = 30.0
+    media: MediaRefSettings = field(default_factory=MediaRefSettings)
 
 
 class EngineServer:
@@ -42,7 +44,8 @@ class EngineServer:
     def __init__(self, engine: Any, options: ServeOptions) -> None:
         self.engine = engine
         self.options = options
-        self.servicer = EngineServicer(engine)
+        media = build_media_processor(engine, options.media)
+        self.servicer = EngineServicer(engine, media, options.media.source)
         self.health = health_aio.HealthServicer()
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         vllm_engine_pb2_grpc.add_VllmEngineServicer_to_server(self.servicer, self.server)

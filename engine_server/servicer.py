@@ -16,6 +16,8 @@ from vllm.inputs.engine import tokens_input
 
 from engine_server import model_info
 from engine_server.errors import InvalidRequest, status_for
+from engine_server.media_refs import FLAG as MM_PROCESSOR_FLAG
+from engine_server.media_refs import MediaRefProcessor
 from engine_server.mm_inputs import PixelContract, build_mm_prompt
 from engine_server.mm_slots import EmbeddingSlots
 from engine_server.outputs import final_responses, stream_responses
@@ -38,8 +40,14 @@ except ImportError:  # pragma: no cover
 
 
 class EngineServicer(pb_grpc.VllmEngineServicer):
-    def __init__(self, engine: Any) -> None:
+    def __init__(
+        self, engine: Any, media: MediaRefProcessor | None = None, media_source: str = ""
+    ) -> None:
+        """`media`: worker-side processing of `media_refs` (None: refused), configured from
+        `media_source` ("flag", "env" or "default")."""
         self.engine = engine
+        self.media = media
+        self.media_source = media_source if media is not None else ""
         self.model_config = engine.model_config
         self.contract = PixelContract(
             device_normalizes=model_info.device_normalizes(self.model_config),
@@ -87,9 +95,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         batches = [request.mm_inputs] if request.HasField("mm_inputs") else []
         batches += list(request.extra_mm_inputs)
         if request.HasField("media_refs"):
-            raise InvalidRequest(
-                "media_refs: this worker takes preprocessed mm_inputs only (mm_processor is off)"
-            )
+            return await self._media_ref_prompt(request, bool(batches))
         kind = request.WhichOneof("input")
         if kind is None:
             raise InvalidRequest("input: set either tokenized or text")
@@ -110,6 +116,27 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         # (and errors) as its OpenAI server applies to a completion prompt.
         (engine_input,) = await self.engine.renderer.render_cmpl_async([prompt], tok_params)
         return engine_input
+
+    async def _media_ref_prompt(self, request: pb.GenerateRequest, preprocessed: bool) -> Any:
+        if self.media is None:
+            raise InvalidRequest(
+                f"media_refs: this worker takes preprocessed mm_inputs only ({MM_PROCESSOR_FLAG} "
+                "is off); start it with --mm-processor inprocess to have it process media"
+            )
+        if request.WhichOneof("input") != "tokenized" or preprocessed:
+            raise InvalidRequest(
+                "media_refs: needs tokenized input and cannot be combined with mm_inputs"
+            )
+        ids = list(request.tokenized.input_ids)
+        if request.sampling_params.HasField("truncate_prompt_tokens"):
+            raise InvalidRequest(
+                "sampling_params.truncate_prompt_tokens would cut a multimodal prompt; "
+                "shorten the prompt or the media instead"
+            )
+        self._check_ids(ids)
+        return await self.media.process(
+            ids, request.tokenized.original_text, request.media_refs, time.time()
+        )
 
     def _tok_params(self, params: pb.SamplingParams) -> Any:
         defaults = self.engine.renderer.default_cmpl_tok_params
@@ -213,7 +240,12 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             "last_receive_timestamp": self.last_receive,
             "start_time": self.start_time,
         }
-        return model_info.server_info(self.engine.vllm_config, state)
+        info = model_info.server_info(self.engine.vllm_config, state)
+        if self.media is not None:
+            info.mm_processor = self.media.name
+            info.mm_media_ref_schemes = self.media.schemes
+            info.mm_processor_source = self.media_source
+        return info
 
     async def GetLoads(self, request, context) -> pb.GetLoadsResponse:
         # The engine's own count of unfinished requests (n>1 samples count apiece), of which

@@ -32,7 +32,7 @@ try:
 except ImportError:  # optional at run time: Pillow gives the same pixels, only slower
     simplejpeg = None
 
-__all__ = ["decode_image", "decode_pixels", "decode_with_mime"]
+__all__ = ["check_header", "decode_image", "decode_pixels", "decode_with_mime"]
 
 # Whether decode_pixels may take the libjpeg-turbo path (tests turn it off to force Pillow's).
 FAST_JPEG = simplejpeg is not None
@@ -63,8 +63,14 @@ def decode_pixels(data: bytes, policy: MediaPolicy) -> tuple[Image.Image | np.nd
     return _decode(data, policy, fast=FAST_JPEG)
 
 
+def check_header(data: bytes, policy: MediaPolicy) -> str:
+    """The MIME type of an image whose header passes the policy (an allowed format, not too
+    many pixels), raising as ``decode_image`` would; no pixel is decompressed."""
+    return _decode(data, policy, fast=False, header_only=True)[1] or "application/octet-stream"
+
+
 def _decode(
-    data: bytes, policy: MediaPolicy, fast: bool
+    data: bytes, policy: MediaPolicy, fast: bool, header_only: bool = False
 ) -> tuple[Image.Image | np.ndarray, str | None]:
     try:
         # Not used as a context manager: the file is an in-memory buffer, and the result may be
@@ -73,6 +79,8 @@ def _decode(
         mime = image.get_format_mimetype()
         # Image.open only parsed the header; refuse before any pixel is decompressed.
         _check_pixel_count(image, policy.max_pixels)
+        if header_only:
+            return image, mime
         pixels = _fast_jpeg(image, data) if fast else None
         if pixels is not None:
             return pixels, mime

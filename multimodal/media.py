@@ -25,7 +25,7 @@ import numpy as np
 import pybase64
 from PIL import Image
 
-from multimodal.decode import decode_image, decode_pixels
+from multimodal.decode import check_header, decode_image, decode_pixels
 from multimodal.errors import (
     MediaError,
     MediaFetchError,
@@ -38,6 +38,7 @@ from multimodal.policy import DEFAULT_IMAGE_FORMATS, MediaPolicy, byte_limit_err
 __all__ = [
     "DEFAULT_IMAGE_FORMATS",
     "LoadedImage",
+    "checked_sources",
     "MediaPolicy",
     "create_http_client",
     "decode_image",
@@ -48,6 +49,7 @@ __all__ = [
     "load_image",
     "load_images",
     "needs_download",
+    "source_bytes",
 ]
 
 
@@ -140,14 +142,38 @@ def needs_download(sources: Sequence[str]) -> bool:
 def decode_source(source: str, downloaded: bytes | None, policy: MediaPolicy) -> LoadedImage:
     """Blocking: decode what ``download`` returned for ``source``, reading and decoding
     ``data:`` and ``file:`` sources here."""
+    data, kind = source_bytes(source, downloaded, policy)
+    return _decoded(data, kind, policy)
+
+
+def source_bytes(source: str, downloaded: bytes | None, policy: MediaPolicy) -> tuple[bytes, str]:
+    """Blocking: the encoded bytes of ``source`` (``downloaded`` for http(s), read here for
+    ``data:`` and ``file:``) under the policy's byte and path rules, and the source's kind."""
     if downloaded is not None:
-        return _decoded(downloaded, "http", policy)
+        return downloaded, "http"
     kind = _source_kind(source)
     if kind == "data":
-        return _load_data_uri(source, policy)
+        return _data_uri_bytes(source, policy), kind
     if kind == "file":
-        return _load_file_url(source, policy)
+        return _file_url_bytes(source, policy), kind
     raise MediaSourceError("an http(s) image must be downloaded before it is decoded")
+
+
+def checked_sources(
+    sources: Sequence[str], downloaded: Sequence[bytes | None], policy: MediaPolicy
+) -> list[tuple[bytes, str]]:
+    """Blocking: each source's bytes and sniffed MIME type, checked as ``decode_sources``
+    checks them (format allow-list, pixel limit from the header) without decoding pixels:
+    for media another process decodes. A failure carries its ``index``."""
+    checked = []
+    for index, (source, data) in enumerate(zip(sources, downloaded, strict=True)):
+        try:
+            raw, _ = source_bytes(source, data, policy)
+            checked.append((raw, check_header(raw, policy)))
+        except MediaError as exc:
+            exc.index = index
+            raise
+    return checked
 
 
 def decode_sources(
@@ -235,7 +261,7 @@ def _decoded(data: bytes, source_kind: str, policy: MediaPolicy) -> LoadedImage:
 # data: URIs
 
 
-def _load_data_uri(source: str, policy: MediaPolicy) -> LoadedImage:
+def _data_uri_bytes(source: str, policy: MediaPolicy) -> bytes:
     # RFC 2397: data:[<mediatype>][;<param>=<value>]*[;base64],<data>
     header, sep, payload = source[5:].partition(",")
     if not sep:
@@ -257,7 +283,7 @@ def _load_data_uri(source: str, policy: MediaPolicy) -> LoadedImage:
         raise MediaSourceError("data URI payload is not valid base64") from None
     if len(data) > policy.max_bytes:
         raise byte_limit_error(policy.max_bytes)
-    return _decoded(data, "data", policy)
+    return data
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,7 +292,7 @@ def _load_data_uri(source: str, policy: MediaPolicy) -> LoadedImage:
 _OUTSIDE_ROOT = "file path is not under the allowed local media directory"
 
 
-def _load_file_url(source: str, policy: MediaPolicy) -> LoadedImage:
+def _file_url_bytes(source: str, policy: MediaPolicy) -> bytes:
     root = policy.local_root
     if root is None:
         raise MediaForbiddenError("file:// URLs are disabled on this server")
@@ -284,7 +310,7 @@ def _load_file_url(source: str, policy: MediaPolicy) -> LoadedImage:
         raise MediaForbiddenError(_OUTSIDE_ROOT) from None
     if root not in resolved.parents:
         raise MediaForbiddenError(_OUTSIDE_ROOT)
-    return _decoded(_read_regular_file(resolved, policy.max_bytes), "file", policy)
+    return _read_regular_file(resolved, policy.max_bytes)
 
 
 def _read_regular_file(path: Path, max_bytes: int) -> bytes:

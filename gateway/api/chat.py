@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -22,7 +22,6 @@ from gateway.stream.logprobs import TokenTexts, chat_content, chat_logprobs
 from gateway.stream.sse import ChunkWriter
 from gateway.workers.pool import WorkerPool
 from gateway.workers.worker import Worker, WorkerFacts
-from multimodal.wire import Piece
 from protos import vllm_engine_pb2 as pb
 
 
@@ -48,27 +47,27 @@ class ChatService:
         request = parse_body(ChatCompletionRequest, body)
         check_model(request.model, self.model_name)
         rendered = self.prompts.render(request)
-        worker = self.pool.pick(rendered.token_ids)
+        by_worker = self.prompts.by_worker(rendered)
+        worker = self.pool.pick(rendered.token_ids, media_refs=by_worker)
         facts = worker.facts
-        prompt = await self.prompts.expand(request, facts.pixels, rendered)
-        if prompt.prepared is not None:
+        if by_worker:
+            prompt = await self.prompts.refer(request, rendered)
+        else:
+            prompt = await self.prompts.expand(request, facts.pixels, rendered)
+        if prompt.has_media:
             _check_items(prompt, facts)
         prompt.ids = _truncated(request.truncate_prompt_tokens, prompt, facts.max_context_length)
-        max_tokens = max_tokens_for(
-            request.requested_max_tokens(),
-            len(prompt.ids),
-            facts.max_context_length,
-            facts.sampling_defaults,
-        )
+        max_tokens = _max_tokens(request, prompt, facts)
         generate = pb.GenerateRequest(
             request_id=f"chatcmpl-{engine_request_id(request.request_id)}",
             tokenized=pb.TokenizedInput(input_ids=prompt.ids, original_text=prompt.text),
             sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
             # a non-streamed reply needs only the final message (one Complete per choice)
             stream=request.stream,
+            media_refs=prompt.media_refs,
         )
         # The pixels go out as fields appended to the serialized request, never copied into it.
-        run = _Run(self, request, worker, generate, prompt.ids, prompt.request_fields)
+        run = _Run(self, request, worker, generate, prompt, by_worker)
         if request.stream:
             return sse.event_stream(run.sse())
         return JSONResponse(await run.complete())
@@ -87,9 +86,20 @@ def _check_items(prompt: Prompt, facts: WorkerFacts) -> None:
             raise GatewayError(message, 400, "messages")
 
 
+def _max_tokens(request: ChatCompletionRequest, prompt: Prompt, facts: WorkerFacts) -> int | None:
+    requested = request.requested_max_tokens()
+    if prompt.media_refs is not None:
+        # The prompt grows on the worker, which alone knows the room left: unset, the engine
+        # fills the context as vLLM's server does; set, the engine stops at the context's end.
+        return requested if requested is not None else facts.sampling_defaults.get("max_tokens")
+    return max_tokens_for(
+        requested, len(prompt.ids), facts.max_context_length, facts.sampling_defaults
+    )
+
+
 def _truncated(keep: int | None, prompt: Prompt, max_model_len: int) -> list[int]:
     ids = truncate_prompt(prompt.ids, keep, max_model_len)
-    if prompt.prepared is not None and len(ids) < len(prompt.ids):
+    if prompt.has_media and len(ids) < len(prompt.ids):
         raise GatewayError(
             "truncate_prompt_tokens would cut a prompt with images", 400, "truncate_prompt_tokens"
         )
@@ -105,8 +115,8 @@ class _Run:
         request: ChatCompletionRequest,
         worker: Worker,
         generate: pb.GenerateRequest,
-        prompt_ids: list[int],
-        tail: Sequence[Piece] = (),
+        prompt: Prompt,
+        by_worker: bool,
     ) -> None:
         self.service, self.request = service, request
         self.generation = Generation(
@@ -116,8 +126,8 @@ class _Run:
             service.tokenizer,
             service.added,
             metrics=service.metrics,
-            reroute=lambda failed: service.pool.reroute(failed, prompt_ids),
-            tail=tail,
+            reroute=lambda failed: service.pool.reroute(failed, prompt.ids, by_worker),
+            tail=prompt.request_fields,
         )
         self.choices = self.generation.choices
         self.usage = self.generation.usage

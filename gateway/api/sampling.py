@@ -47,7 +47,7 @@ def max_tokens_for(
 
 
 def to_proto(
-    request: SamplingFields, max_tokens: int, defaults: Mapping[str, Any]
+    request: SamplingFields, max_tokens: int | None, defaults: Mapping[str, Any]
 ) -> pb.SamplingParams:
     chosen = {
         name: value

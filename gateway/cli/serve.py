@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from gateway.render.worker_media import MM_PROCESSING
 from gateway.server.config import AdmissionConfig
 from gateway.workers.pool import PoolOptions
 
@@ -55,6 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="CIDR",
         help="networks image URLs may resolve to despite being private/loopback",
+    )
+    p.add_argument(
+        "--mm-processing",
+        choices=MM_PROCESSING,
+        default="auto",
+        help="who preprocesses media: auto (the gateway for the model families it has a "
+        "processor for, else workers started with --mm-processor inprocess), gateway (SMG: "
+        "router) or worker. The gateway fetches and checks media either way "
+        "(default: %(default)s)",
     )
     p.add_argument(
         "--api-key",
@@ -160,6 +170,7 @@ def main(argv: list[str]) -> int:
 
     from gateway.errors import MmgateError
     from gateway.render.templates import read_chat_template_arg
+    from gateway.render.worker_media import mm_processing_mode
     from gateway.server.app import create_app
     from gateway.server.config import CorsConfig, GatewayConfig
     from gateway.server.request_log import configure_logging
@@ -187,6 +198,7 @@ def main(argv: list[str]) -> int:
         served_model_name=args.served_model_name,
         chat_template=read_chat_template_arg(args.chat_template) if args.chat_template else None,
         media_policy=policy,
+        mm_processing=mm_processing_mode(args.mm_processing),
         api_keys=args.api_key + ([env_key] if env_key else []),
         cors=CorsConfig(
             allowed_origins=args.allowed_origins,

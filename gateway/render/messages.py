@@ -20,7 +20,7 @@ import copy
 import functools
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,7 @@ def to_conversation(
     messages: list[dict],
     template: str,
     content_format: ContentFormat,
-    placeholders: Mapping[Modality, str],
+    placeholders: Mapping[Modality, Placeholder],
     interleave: bool = False,
 ) -> tuple[list[dict[str, Any]], list[MediaItem]]:
     """The messages as `template` sees them, and their media items in prompt order.
@@ -86,10 +86,15 @@ def _knows_developer(template: str) -> bool:
     return '"developer"' in template or "'developer'" in template
 
 
+# What vLLM writes for a media item in a "string"-format prompt: a text, or a function of the
+# item's index among its modality's (from 1) giving one; None: nothing.
+Placeholder = str | Callable[[int], str | None] | None
+
+
 @dataclass
 class _Parser:
     content_format: ContentFormat
-    placeholders: dict[Modality, str]  # empty: the model takes no media
+    placeholders: dict[Modality, Placeholder]  # empty: the model takes no media
     interleave: bool  # vLLM's --interleave-mm-strings
     media: list[MediaItem] = field(default_factory=list)
 
@@ -113,11 +118,19 @@ class _Parser:
         parsed = [p for j, part in enumerate(parts) if (p := self.part(index, j, part))]
         if self.content_format == "openai":
             return parsed
-        added = self.media[media_before:]
-        if not added:
+        if len(self.media) == media_before:
             return "\n".join(parsed)
-        placeholders = [self.placeholders[item.modality] for item in added]
+        texts = [self._placeholder(k) for k in range(media_before, len(self.media))]
+        placeholders = [text for text in texts if text]  # vLLM writes nothing for None
         return _multimodal_text(index, placeholders, parsed, self.interleave)
+
+    def _placeholder(self, k: int) -> str | None:
+        """The text for the k-th media item, which is the n-th of its modality (from 1)."""
+        modality = self.media[k].modality
+        placeholder = self.placeholders[modality]
+        if not callable(placeholder):
+            return placeholder
+        return placeholder(sum(item.modality == modality for item in self.media[: k + 1]))
 
     def part(self, index: int, j: int, part: Any) -> Any:
         """One content part: text, an image marker, or None (skipped)."""

@@ -5,7 +5,9 @@ Chat completions, /tokenize and `mmgate preprocess` all build their prompts here
    per media item;
 2. `expand`: the items fetched (http(s) URLs, concurrently), decoded and preprocessed by the
    model's processors in one worker thread (`multimodal.pipeline`), each placeholder expanded
-   into the item's tokens, the tensors serialized for the wire.
+   into the item's tokens, the tensors serialized for the wire;
+   or, for media the worker preprocesses (`by_worker`), `refer`: the items fetched and
+   checked, sent as `media_refs` beside the unexpanded prompt (`worker_media`).
 The two steps are apart so that a caller can pick a worker by the rendered ids (cache-aware
 routing) and then preprocess for that worker's pixel encoding.
 """
@@ -22,12 +24,14 @@ import httpx
 
 from gateway.errors import GatewayError
 from gateway.render.renderer import ChatRenderer, RenderedChat
+from gateway.render.worker_media import MmProcessing, media_refs
 from gateway.server.metrics import GatewayMetrics
 from multimodal.media import LoadedImage, MediaPolicy, decode_sources, download_all, needs_download
 from multimodal.pipeline import PixelEncoding, Prepared, prepare
-from multimodal.processors.base import ItemProcessor
+from multimodal.processors.base import ItemProcessor, UnsupportedModel
 from multimodal.registry import ModelProcessors
-from multimodal.wire import Piece
+from multimodal.wire import MODALITIES, Piece
+from protos import vllm_engine_pb2 as pb
 
 # vLLM's words: a request may not bring its own template unless the operator trusts requests.
 UNTRUSTED_TEMPLATE = (
@@ -59,8 +63,20 @@ class Prompt:
     # The decoded items, kept only when asked for (`mmgate preprocess` compares them with
     # transformers): a served request lets them go once they are tensors.
     items: list[LoadedImage] = field(default_factory=list)
+    # Media the worker preprocesses (then `ids` holds one unexpanded placeholder per item).
+    media_refs: pb.MediaRefs | None = None
+
+    @property
+    def has_media(self) -> bool:
+        return self.prepared is not None or self.media_refs is not None
 
     def item_counts(self) -> dict[str, int]:
+        if self.media_refs is not None:
+            names = {number: name for name, number in MODALITIES.items()}
+            counts: dict[str, int] = {}
+            for ref in self.media_refs.items:
+                counts[names[ref.modality]] = counts.get(names[ref.modality], 0) + 1
+            return counts
         parts = self.prepared.parts if self.prepared is not None else []
         return {part.modality: len(part.ranges) for part in parts}
 
@@ -73,12 +89,16 @@ class PromptBuilder:
         media_policy: MediaPolicy,
         http_client: httpx.AsyncClient | None = None,
         metrics: GatewayMetrics | None = None,
+        mm_processing: MmProcessing = "auto",
     ) -> None:
+        """`mm_processing`: who preprocesses media: the gateway where it has the model's
+        processor and the worker otherwise ("auto"), only the gateway, or only the worker."""
         self.renderer = renderer
         self.processors = processors
         self.media_policy = media_policy
         self.http = http_client
         self.metrics = metrics
+        self.mm_processing = mm_processing
 
     def render(self, request: PromptRequest) -> RenderedChat:
         if request.chat_template is not None:
@@ -92,6 +112,30 @@ class PromptBuilder:
             chat_template_kwargs=request.chat_template_kwargs,
             add_special_tokens=request.add_special_tokens,
         )
+
+    def by_worker(self, rendered: RenderedChat) -> bool:
+        """Whether the worker preprocesses the rendered prompt's media (`refer`), rather than
+        the gateway (`expand`)."""
+        if not rendered.media or self.mm_processing == "gateway":
+            return False
+        if self.mm_processing == "worker":
+            return True
+        return any(item.modality not in self.processors.by_modality for item in rendered.media)
+
+    async def refer(self, request: PromptRequest, rendered: RenderedChat) -> Prompt:
+        """The unexpanded prompt and its media, checked, for a worker that preprocesses."""
+        if request.mm_processor_kwargs:
+            raise GatewayError(
+                "mm_processor_kwargs cannot reach a worker that preprocesses the media itself "
+                "(the wire has no field for them); set them on the worker "
+                "(--mm-processor-kwargs)",
+                400,
+                "mm_processor_kwargs",
+            )
+        started = time.perf_counter()
+        refs = await media_refs(rendered.media, self.media_policy, self.http)
+        self._observe(time.perf_counter() - started, None, len(rendered.media))
+        return Prompt(rendered.token_ids, rendered.prompt, media_refs=refs)
 
     async def build(
         self, request: PromptRequest, pixels: PixelEncoding, keep_items: bool = False
@@ -109,7 +153,7 @@ class PromptBuilder:
     ) -> Prompt:
         if not rendered.media:
             return Prompt(rendered.token_ids, rendered.prompt)
-        processor = self.processors.get("image")  # the only modality the renderer emits yet
+        processor = self._processor("image")  # the only modality the renderer emits yet
         urls = [item.url for item in rendered.media]
         started = time.perf_counter()
         downloaded: list[bytes | None] = [None] * len(urls)
@@ -132,6 +176,17 @@ class PromptBuilder:
         kept = images if keep_items else []
         return Prompt(prepared.prompt_ids, rendered.prompt, prepared, fields, kept)
 
+    def _processor(self, modality: str) -> ItemProcessor:
+        processor = self.processors.by_modality.get(modality)
+        if processor is None:
+            raise UnsupportedModel(
+                f"the gateway has no {modality} processor for this model; let the engine "
+                f"workers preprocess its {modality}s (mmgate serve --mm-processing auto, "
+                "workers with --mm-processor inprocess)",
+                param="messages",
+            )
+        return processor
+
     def _decode_and_prepare(
         self,
         urls: Sequence[str],
@@ -145,9 +200,10 @@ class PromptBuilder:
         prepared = prepare([(processor, images)], prompt_ids, kwargs, pixels)
         return images, prepared, prepared.request_fields()
 
-    def _observe(self, fetch_seconds: float, process_seconds: float, items: int) -> None:
+    def _observe(self, fetch_seconds: float, process_seconds: float | None, items: int) -> None:
         if self.metrics is None:
             return
         self.metrics.preprocess.labels("fetch").observe(fetch_seconds)
-        self.metrics.preprocess.labels("process").observe(process_seconds)
+        if process_seconds is not None:  # None: the worker preprocesses
+            self.metrics.preprocess.labels("process").observe(process_seconds)
         self.metrics.images.inc(items)

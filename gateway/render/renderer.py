@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from gateway.errors import ChatRequestError
 from gateway.render.content_format import detect_content_format
-from gateway.render.messages import MediaItem, normalize_tools, to_conversation
+from gateway.render.messages import MediaItem, Placeholder, normalize_tools, to_conversation
 from gateway.render.model_files import ModelFiles
 from gateway.render.templates import compile_chat_template, select_template
 from multimodal.processors.base import Modality
@@ -55,7 +55,7 @@ class ChatRenderer:
     def __init__(
         self,
         files: ModelFiles,
-        placeholders: Mapping[Modality, str] | None = None,
+        placeholders: Mapping[Modality, Placeholder] | None = None,
         *,
         chat_template: str | None = None,
         content_format: Literal["auto", "string", "openai"] = "auto",

@@ -26,6 +26,7 @@ from gateway.render.bundle import unpack_bundle
 from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import PromptBuilder
 from gateway.render.renderer import ChatRenderer
+from gateway.render.worker_media import fallback_placeholders
 from gateway.server.admin import admin_routes
 from gateway.server.admission import Admission
 from gateway.server.config import GatewayConfig
@@ -131,8 +132,17 @@ async def _model_dir(model: Path, pool: WorkerPool) -> Path:
 def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts, http, metrics):
     files = ModelFiles.load(model_dir)
     processors = processors_for(files)
-    renderer = ChatRenderer(files, processors.placeholders, chat_template=config.chat_template)
-    prompts = PromptBuilder(renderer, processors, config.media_policy, http, metrics)
+    placeholders = processors.placeholders
+    if facts.supports_vision and "image" not in placeholders:
+        placeholders = {
+            **fallback_placeholders(files.config.get("architectures") or ()),
+            **placeholders,
+        }
+        _log_fallback(files.config.get("model_type"), config.mm_processing, pool)
+    renderer = ChatRenderer(files, placeholders, chat_template=config.chat_template)
+    prompts = PromptBuilder(
+        renderer, processors, config.media_policy, http, metrics, config.mm_processing
+    )
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)
     app.state.model_name = name
@@ -140,6 +150,24 @@ def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts,
     app.state.completions = CompletionService(name, files, pool, metrics, token_texts)
     app.state.embeddings = EmbeddingService(name, files.tokenizer, pool)
     app.state.tokenize = TokenizeService(name, files, prompts, facts.max_context_length)
+
+
+def _log_fallback(model_type: object, mode: str, pool: WorkerPool) -> None:
+    if mode == "gateway":
+        log.warning(
+            "no image processor here for model_type %r: image requests are refused "
+            "(--mm-processing gateway)",
+            model_type,
+        )
+        return
+    offering = sum(w.facts is not None and w.facts.takes_media_refs for w in pool.workers.values())
+    log.warning(
+        "no image processor here for model_type %r: the engine workers preprocess its images "
+        "(%d of %d workers take media, started with --mm-processor inprocess)",
+        model_type,
+        offering,
+        len(pool.workers),
+    )
 
 
 def _middleware(

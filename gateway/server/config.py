@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.render.worker_media import MmProcessing
 from gateway.workers.pool import PoolOptions
 from multimodal.media import MediaPolicy
 
@@ -36,6 +37,7 @@ class GatewayConfig:
     served_model_name: str | None = None
     chat_template: str | None = None
     media_policy: MediaPolicy = field(default_factory=MediaPolicy)
+    mm_processing: MmProcessing = "auto"
     api_keys: list[str] = field(default_factory=list)
     cors: CorsConfig = field(default_factory=CorsConfig)
     worker_dns: list[str] = field(default_factory=list)

@@ -229,6 +229,8 @@ class Generation:
             if not self._first_token_at and response.chunk.token_ids:
                 self._first_token_at = time.perf_counter()
             self.usage.cached_tokens = response.chunk.cached_tokens
+            # The engine's count: a prompt whose media the worker preprocessed grew there.
+            self.usage.prompt_tokens = response.chunk.prompt_tokens or self.usage.prompt_tokens
             choice = self._choice(response.chunk.index)
             choice.on_chunk(response.chunk)
             return [(choice, False)]
@@ -237,6 +239,7 @@ class Generation:
             choice = self._choice(complete.index)
             if not self.generate.stream:
                 self.usage.cached_tokens = complete.cached_tokens
+            self.usage.prompt_tokens = complete.prompt_tokens or self.usage.prompt_tokens
             choice.on_complete(complete, whole=not self.generate.stream)
             return [(choice, True)]
         return []

@@ -28,6 +28,13 @@ _leases: contextvars.ContextVar[list[Worker] | None] = contextvars.ContextVar(
 )
 
 
+NO_MEDIA_WORKER = (
+    "this request's media are for the engine worker to preprocess (the gateway has no "
+    "processor for this model, or runs with --mm-processing worker), but no healthy worker "
+    "does: start the workers with --mm-processor inprocess"
+)
+
+
 @dataclass
 class PoolOptions:
     policy: str = "round_robin"
@@ -129,12 +136,18 @@ class WorkerPool:
         prompt_ids: Sequence[int] = (),
         exclude: Sequence[Worker] = (),
         like: Worker | None = None,
+        media_refs: bool = False,
     ) -> Worker:
+        """A worker for the request; `media_refs`: one that preprocesses media itself."""
         candidates = [w for w in self.workers.values() if w.eligible and w not in exclude]
         if like is not None:  # a retry: the request was prepared for `like`'s facts
             candidates = [w for w in candidates if _compatible(w.facts, like.facts)]
         if not candidates:
             raise GatewayError("no healthy engine worker is available; try again later", 503)
+        if media_refs:
+            candidates = [w for w in candidates if w.facts.takes_media_refs]
+            if not candidates:
+                raise GatewayError(NO_MEDIA_WORKER, 400, "messages")
         decision = self.router.choose(candidates, prompt_ids)
         worker = decision.worker
         self.metrics.routing.labels(self.router.policy, decision.outcome).inc()
@@ -147,12 +160,14 @@ class WorkerPool:
             leases.append(worker)
         return worker
 
-    def reroute(self, failed: Sequence[Worker], prompt_ids: Sequence[int]) -> Worker | None:
+    def reroute(
+        self, failed: Sequence[Worker], prompt_ids: Sequence[int], media_refs: bool = False
+    ) -> Worker | None:
         """Another worker for a request whose call failed before its first token, if any."""
         if len(failed) > self.options.retries:
             return None
         try:
-            worker = self.pick(prompt_ids, exclude=failed, like=failed[-1])
+            worker = self.pick(prompt_ids, exclude=failed, like=failed[-1], media_refs=media_refs)
         except GatewayError:
             return None
         self.metrics.retries.inc()

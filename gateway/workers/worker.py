@@ -47,6 +47,14 @@ class WorkerFacts:
     # Per-prompt media limits (--limit-mm-per-prompt) by modality; empty when not advertised.
     # smg-grpc-servicer does not enforce them on preprocessed input: whoever preprocesses must.
     mm_item_limits: dict[str, int] = field(default_factory=dict)
+    # URL schemes the worker fetches for `media_refs` (GetServerInfo.mm_media_ref_schemes);
+    # empty when it processes no media itself (mm_processor off).
+    media_ref_schemes: frozenset[str] = frozenset()
+
+    @property
+    def takes_media_refs(self) -> bool:
+        """Whether the worker preprocesses media the gateway sends as data: URLs."""
+        return "data" in self.media_ref_schemes
 
 
 def parse_item_limits(label: str) -> dict[str, int]:
@@ -57,6 +65,14 @@ def parse_item_limits(label: str) -> dict[str, int]:
         if count.strip().isdigit():
             limits[modality.strip()] = int(count)
     return limits
+
+
+def parse_schemes(mm_processor: str, schemes: str) -> frozenset[str]:
+    """GetServerInfo's `mm_media_ref_schemes`, `http,https,data`, as a set; empty unless the
+    worker's `mm_processor` is on."""
+    if not mm_processor:
+        return frozenset()
+    return frozenset(s.strip().lower() for s in schemes.split(",") if s.strip())
 
 
 def parse_address(url: str) -> str:
@@ -137,6 +153,7 @@ class Worker:
             ),
             sampling_defaults=json.loads(defaults) if defaults else {},
             mm_item_limits=parse_item_limits(server.mm_item_limits),
+            media_ref_schemes=parse_schemes(server.mm_processor, server.mm_media_ref_schemes),
         )
         self.health.force(True)
         return self.facts

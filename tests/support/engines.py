@@ -171,6 +171,33 @@ class UpstreamServicerProcess(WorkerProcess):
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+class VllmServerProcess(WorkerProcess):
+    """vLLM's own OpenAI server (`vllm serve`) on the same model and engine settings: the
+    reference a request through mmgate must equal (its HF processor runs in process)."""
+
+    def command(self, args: list[str]) -> list[str]:
+        bind = ["--host", self.host, "--port", str(self.port)]
+        module = "vllm.entrypoints.openai.api_server"
+        return [sys.executable, "-m", module, *bind, "--served-model-name", "tiny", *args]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.address}"
+
+    def is_ready(self) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def client(self):
+        from openai import OpenAI
+
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key="x", max_retries=0, timeout=120)
+
+
 class ReferenceEngine:
     """vLLM's AsyncLLM called directly, on a private event loop in a background thread."""
 

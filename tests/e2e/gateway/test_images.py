@@ -6,6 +6,7 @@ import base64
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import httpx
 import openai
 import pytest
@@ -196,3 +197,28 @@ def wait_for_metric(gateway, line: str, timeout: float = 20.0) -> None:
     while line not in httpx.get(f"{gateway.base_url}/metrics", timeout=10).text:
         assert time.monotonic() < deadline, f"never saw {line!r}"
         time.sleep(0.05)
+
+
+def test_worker_side_processing_needs_a_worker_that_offers_it(
+    vision_model, worker, tmp_path_factory
+):
+    """This worker was not started with --mm-processor: it refuses media_refs, and a gateway
+    told to leave preprocessing to the workers says what to change."""
+    from protos import common_pb2
+    from protos import vllm_engine_pb2 as pb
+
+    info = worker.stub().GetServerInfo(pb.GetServerInfoRequest(), timeout=10)
+    assert (info.mm_processor, info.mm_media_ref_schemes) == ("", "")
+    refs = pb.MediaRefs(items=[pb.MediaRef(modality=common_pb2.IMAGE, url="data:,x")])
+    request = pb.GenerateRequest(tokenized=pb.TokenizedInput(input_ids=[1, 2]), media_refs=refs)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(worker.stub().Generate(request, timeout=30))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "--mm-processor inprocess" in refused.value.details()
+    gateway = gateway_for(vision_model, worker, tmp_path_factory, "--mm-processing", "worker")
+    try:
+        data_uri = "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)).decode()
+        with pytest.raises(openai.BadRequestError, match="start the workers with --mm-processor"):
+            ask(gateway, data_uri)
+    finally:
+        gateway.stop()
