@@ -1,0 +1,165 @@
+"""A vision family the gateway has no processor file for (LFM2-VL) answers exactly as vLLM's own
+OpenAI server: `mmgate serve` leaves its images to `mmgate engine --mm-processor inprocess`
+(media_refs), and the same holds with SMG in worker mode in front of our worker, and with our
+gateway in front of SMG's own servicer (smg-grpc-servicer) in that mode."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.interop.test_smg import _wait_for_model, smg_binary
+from tests.support.e2e_cases import IMAGE, make_image, png_bytes
+from tests.support.engines import (
+    UpstreamServicerProcess,
+    VllmServerProcess,
+    WorkerProcess,
+    free_port,
+)
+from tests.support.fallback_models import MODEL_TYPE, build_fallback_model
+from tests.support.gateway_process import GatewayProcess, read_chat_stream
+
+LIMITS = {"image": 3}
+# (name, images): one image, two of different sizes, a very wide one with a tiny one.
+CASES = [
+    ("one", [IMAGE]),
+    ("two-sizes", [IMAGE, make_image(640, 480, seed=3)]),
+    ("wide-and-tiny", [make_image(1200, 60, seed=4), make_image(9, 7, seed=5)]),
+]
+
+
+def data_uri(image) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode()
+
+
+def messages(images) -> list[dict]:
+    parts = [{"type": "image_url", "image_url": {"url": data_uri(i)}} for i in images]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": "Describe."}]}]
+
+
+def ask(client, images, model: str, **extra):
+    return client.chat.completions.create(
+        model=model,
+        messages=messages(images),
+        temperature=0,
+        max_tokens=10,
+        extra_body={"ignore_eos": True},
+        **extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return build_fallback_model(tmp_path_factory.mktemp("lfm2-vl") / "model")
+
+
+@pytest.fixture(scope="module")
+def engines(model, tmp_path_factory):
+    """vLLM's server, our worker and the upstream servicer, started at once (~25 s each)."""
+    logs = tmp_path_factory.mktemp("fallback")
+    common = {"limit_mm_per_prompt": LIMITS}
+    started = {
+        "vllm": VllmServerProcess(model, logs / "vllm.log", **common),
+        "ours": WorkerProcess(model, logs / "ours.log", mm_processor="inprocess", **common),
+        "upstream": UpstreamServicerProcess(
+            model, logs / "upstream.log", mm_processor="inprocess", **common
+        ),
+    }
+    try:
+        yield {name: engine.wait_ready() for name, engine in started.items()}
+    finally:
+        for engine in started.values():
+            engine.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(engines):
+    """vLLM's own answers: (prompt_tokens, text) per case."""
+    return answers(engines["vllm"].client(), "tiny")
+
+
+@pytest.fixture(scope="module")
+def gateways(model, engines, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("fallback-gw")
+    started = {
+        name: GatewayProcess(model, [engines[name].address], logs / f"{name}.log")
+        for name in ("ours", "upstream")
+    }
+    try:
+        yield {name: gateway.wait_ready() for name, gateway in started.items()}
+    finally:
+        for gateway in started.values():
+            gateway.stop()
+
+
+def answers(client, model_name: str) -> dict[str, tuple[int, str]]:
+    """(prompt_tokens, text) per case."""
+    replies = {name: ask(client, images, model_name) for name, images in CASES}
+    return {
+        name: (reply.usage.prompt_tokens, reply.choices[0].message.content)
+        for name, reply in replies.items()
+    }
+
+
+def test_the_model_has_no_processor_file_here(model):
+    from gateway.render.model_files import ModelFiles
+    from multimodal.registry import processors_for
+
+    files = ModelFiles.load(model)
+    assert files.config["model_type"] == MODEL_TYPE
+    assert "image" not in processors_for(files).by_modality
+
+
+def test_our_gateway_and_worker_equal_vllm_s_server(gateways, reference, model):
+    assert answers(gateways["ours"].client(), str(model)) == reference
+    log = gateways["ours"].log_path.read_text()
+    assert f"no image processor here for model_type '{MODEL_TYPE}'" in log
+    assert "(1 of 1 workers take media" in log
+
+
+def test_a_streamed_answer_equals_vllm_s_too(gateways, reference, model):
+    stream = ask(
+        gateways["ours"].client(),
+        CASES[1][1],
+        str(model),
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, finish, usage, _ = read_chat_stream(stream)
+    assert (usage.prompt_tokens, text) == reference["two-sizes"]
+    assert finish == "length"
+
+
+def test_our_gateway_drives_the_upstream_servicer_in_worker_mode(gateways, reference, model):
+    assert answers(gateways["upstream"].client(), str(model)) == reference
+
+
+def test_too_many_images_are_refused_as_vllm_refuses_them(gateways, model):
+    with pytest.raises(openai.BadRequestError, match="At most 3 image"):
+        ask(gateways["ours"].client(), [IMAGE] * 4, str(model))
+
+
+def test_smg_in_worker_mode_drives_our_worker(engines, reference, tmp_path_factory):
+    port, metrics = free_port(), free_port()
+    log = open(tmp_path_factory.mktemp("smg-fallback") / "smg.log", "w+")  # noqa: SIM115
+    cmd = [
+        smg_binary(), "launch", "--host", "127.0.0.1", "--port", str(port),
+        "--worker-urls", f"grpc://{engines['ours'].address}", "--mm-processing", "worker",
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log, env={**os.environ, "NO_COLOR": "1"})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for_model(proc, base, log)
+        name = httpx.get(f"{base}/v1/models", timeout=5).json()["data"][0]["id"]
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=120)
+        assert answers(client, name) == reference
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
