@@ -5,7 +5,6 @@ gateway in front of SMG's own servicer (smg-grpc-servicer) in that mode."""
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 
@@ -14,7 +13,7 @@ import openai
 import pytest
 
 from tests.e2e.interop.test_smg import _wait_for_model, smg_binary
-from tests.support.e2e_cases import IMAGE, make_image, png_bytes
+from tests.support.e2e_cases import IMAGE
 from tests.support.engines import (
     UpstreamServicerProcess,
     VllmServerProcess,
@@ -22,35 +21,10 @@ from tests.support.engines import (
     free_port,
 )
 from tests.support.fallback_models import MODEL_TYPE, build_fallback_model
+from tests.support.family_e2e import CASES, REFERENCE_NAME, answers, ask
 from tests.support.gateway_process import GatewayProcess, read_chat_stream
 
 LIMITS = {"image": 3}
-# (name, images): one image, two of different sizes, a very wide one with a tiny one.
-CASES = [
-    ("one", [IMAGE]),
-    ("two-sizes", [IMAGE, make_image(640, 480, seed=3)]),
-    ("wide-and-tiny", [make_image(1200, 60, seed=4), make_image(9, 7, seed=5)]),
-]
-
-
-def data_uri(image) -> str:
-    return "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode()
-
-
-def messages(images) -> list[dict]:
-    parts = [{"type": "image_url", "image_url": {"url": data_uri(i)}} for i in images]
-    return [{"role": "user", "content": [*parts, {"type": "text", "text": "Describe."}]}]
-
-
-def ask(client, images, model: str, **extra):
-    return client.chat.completions.create(
-        model=model,
-        messages=messages(images),
-        temperature=0,
-        max_tokens=10,
-        extra_body={"ignore_eos": True},
-        **extra,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +54,7 @@ def engines(model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(engines):
     """vLLM's own answers: (prompt_tokens, text) per case."""
-    return answers(engines["vllm"].client(), "tiny")
+    return answers(engines["vllm"].client(), REFERENCE_NAME)
 
 
 @pytest.fixture(scope="module")
@@ -95,15 +69,6 @@ def gateways(model, engines, tmp_path_factory):
     finally:
         for gateway in started.values():
             gateway.stop()
-
-
-def answers(client, model_name: str) -> dict[str, tuple[int, str]]:
-    """(prompt_tokens, text) per case."""
-    replies = {name: ask(client, images, model_name) for name, images in CASES}
-    return {
-        name: (reply.usage.prompt_tokens, reply.choices[0].message.content)
-        for name, reply in replies.items()
-    }
 
 
 def test_the_model_has_no_processor_file_here(model):

@@ -1,0 +1,97 @@
+"""The end-to-end check every model family passes: the same image chats sent to vLLM's own
+OpenAI server (its HF processor in process) and to `mmgate serve` -> `mmgate engine` on the
+same tiny random-weight model give the same prompt token counts and the same greedy text.
+
+A family's test module builds its model, starts both with `serve_both` (a module-scoped
+fixture), and compares `answers(...)` of the two for `CASES`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.e2e_cases import IMAGE, make_image, png_bytes
+from tests.support.engines import VllmServerProcess, WorkerProcess
+from tests.support.gateway_process import GatewayProcess
+
+# (name, images): one image, two of different sizes, a very wide one with a tiny one.
+CASES: list[tuple[str, list[Any]]] = [
+    ("one", [IMAGE]),
+    ("two-sizes", [IMAGE, make_image(640, 480, seed=3)]),
+    ("wide-and-tiny", [make_image(1200, 60, seed=4), make_image(9, 7, seed=5)]),
+]
+REFERENCE_NAME = "tiny"  # the model name vLLM's server answers to (VllmServerProcess)
+
+
+def data_uri(image: Any) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode()
+
+
+def messages(images: Sequence[Any], text: str = "Describe.") -> list[dict]:
+    parts = [{"type": "image_url", "image_url": {"url": data_uri(i)}} for i in images]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
+
+
+def ask(client: Any, images: Sequence[Any], model: str, **extra: Any) -> Any:
+    """A greedy chat of 10 tokens (EOS ignored, so the length never depends on it)."""
+    return client.chat.completions.create(
+        model=model,
+        messages=messages(images),
+        temperature=0,
+        max_tokens=10,
+        extra_body={"ignore_eos": True, **extra.pop("extra_body", {})},
+        **extra,
+    )
+
+
+def answers(
+    client: Any, model: str, cases: Sequence[tuple[str, list[Any]]] = CASES
+) -> dict[str, tuple[int, str]]:
+    """(prompt_tokens, text) per case."""
+    replies = {name: ask(client, images, model) for name, images in cases}
+    return {
+        name: (reply.usage.prompt_tokens, reply.choices[0].message.content)
+        for name, reply in replies.items()
+    }
+
+
+@dataclass
+class Pair:
+    """vLLM's server and our gateway in front of our worker, on one model."""
+
+    vllm: VllmServerProcess
+    worker: WorkerProcess
+    gateway: GatewayProcess
+    model: Path
+
+    def reference(self, cases: Sequence[tuple[str, list[Any]]] = CASES) -> dict:
+        return answers(self.vllm.client(), REFERENCE_NAME, cases)
+
+    def ours(self, cases: Sequence[tuple[str, list[Any]]] = CASES) -> dict:
+        return answers(self.gateway.client(), str(self.model), cases)
+
+
+@contextmanager
+def serve_both(
+    model: Path, logs: Path, *gateway_args: str, worker_extra: dict | None = None, **engine: Any
+) -> Iterator[Pair]:
+    """Both engines started at once with the same engine arguments (`engine`, e.g.
+    limit_mm_per_prompt, max_model_len, dtype); `worker_extra` only for ours."""
+    vllm = VllmServerProcess(model, logs / "vllm.log", **engine)
+    worker = WorkerProcess(model, logs / "worker.log", **engine, **(worker_extra or {}))
+    gateway = None
+    try:
+        vllm.wait_ready()
+        worker.wait_ready()
+        gateway = GatewayProcess(model, [worker.address], logs / "gateway.log", *gateway_args)
+        yield Pair(vllm, worker, gateway.wait_ready(), model)
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        worker.stop()
+        vllm.stop()
