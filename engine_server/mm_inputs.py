@@ -137,12 +137,12 @@ def _to_model_dtype(tensor: torch.Tensor, contract: PixelContract) -> torch.Tens
 def _field_configs(
     batch, wire: dict[str, torch.Tensor], modality: str, num_items: int, where: str
 ) -> dict[str, MultiModalFieldConfig]:
+    # The layout may name tensors this request does not carry: SMG sends its static layout
+    # for the model (Qwen3.5's names video_grid_thw in an image-only request), and the
+    # upstream servicer reads it only for the tensors sent. So do we.
     batched = set(batch.batched_keys)
     flat = dict(batch.flat_keys)
     cpu = set(batch.keep_on_cpu_keys)
-    for key in batched | flat.keys() | cpu:
-        if key not in wire:
-            raise InvalidRequest(f"{where}: field layout names tensor {key!r}, which was not sent")
     fields = {}
     for key, tensor in wire.items():
         on_cpu = key in cpu

@@ -22,7 +22,7 @@ from multimodal.processors.options import OptionError, option
 from multimodal.processors.transforms import CLIP_MEAN, CLIP_STD, fused_normalization
 from multimodal.resize import BACKENDS, DEFAULT_BACKEND, resize
 
-MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 SIZES_KEY = "patches_per_image"
 MAX_ASPECT_RATIO = 200
 

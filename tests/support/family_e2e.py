@@ -95,3 +95,52 @@ def serve_both(
             gateway.stop()
         worker.stop()
         vllm.stop()
+
+
+def short_placeholder_request(model: Path, worker: WorkerProcess, image: Any) -> Any:
+    """One image preprocessed by the gateway's code for `worker`'s pixel encoding, with one
+    embedding token taken out of its placeholder (the ids and the range both one shorter):
+    the worker's slot check must refuse it before the engine core sees it."""
+    from gateway.render.model_files import ModelFiles
+    from gateway.render.renderer import ChatRenderer
+    from multimodal.media import MediaPolicy, decode_source
+    from multimodal.pipeline import PixelEncoding, prepare
+    from multimodal.registry import processors_for
+    from protos import vllm_engine_pb2 as pb
+
+    files = ModelFiles.load(model)
+    processors = processors_for(files)
+    rendered = ChatRenderer(files, processors.placeholders).render(messages([image]))
+    info = worker.stub().GetServerInfo(pb.GetServerInfoRequest(), timeout=10)
+    encoding = PixelEncoding.for_engine(info.mm_device_do_normalize, info.multimodal_encoder_dtype)
+    processor = processors.get("image")
+    loaded = decode_source(data_uri(image), None, MediaPolicy())
+    prepared = prepare([(processor, [loaded])], rendered.token_ids, {}, encoding)
+    (mm,) = prepared.mm_inputs
+    ids = list(prepared.prompt_ids)
+    embed = mm.im_token_id if mm.HasField("im_token_id") else processor.anchor_token_id
+    placeholder = mm.mm_placeholders[0]
+    del ids[ids.index(embed, placeholder.offset)]
+    placeholder.length -= 1
+    return pb.GenerateRequest(
+        request_id="short-placeholder",
+        tokenized=pb.TokenizedInput(input_ids=ids),
+        mm_inputs=mm,
+        sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=2),
+    )
+
+
+def assert_slot_check_refuses(pair: Pair, image: Any = IMAGE) -> None:
+    """The worker refuses a placeholder one embedding short with INVALID_ARGUMENT and keeps
+    serving."""
+    import grpc
+    import pytest
+
+    from protos import vllm_engine_pb2 as pb
+
+    request = short_placeholder_request(pair.model, pair.worker, image)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(pair.worker.stub().Generate(request, timeout=60))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert "embedding positions" in refused.value.details()
+    assert pair.worker.stub().HealthCheck(pb.HealthCheckRequest(), timeout=10).healthy

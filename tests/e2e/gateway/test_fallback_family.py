@@ -5,24 +5,19 @@ gateway in front of SMG's own servicer (smg-grpc-servicer) in that mode."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-
-import httpx
 import openai
 import pytest
 
-from tests.e2e.interop.test_smg import _wait_for_model, smg_binary
 from tests.support.e2e_cases import IMAGE
 from tests.support.engines import (
     UpstreamServicerProcess,
     VllmServerProcess,
     WorkerProcess,
-    free_port,
 )
 from tests.support.fallback_models import MODEL_TYPE, build_fallback_model
 from tests.support.family_e2e import CASES, REFERENCE_NAME, answers, ask
 from tests.support.gateway_process import GatewayProcess, read_chat_stream
+from tests.support.smg import run_smg, smg_client
 
 LIMITS = {"image": 3}
 
@@ -110,21 +105,7 @@ def test_too_many_images_are_refused_as_vllm_refuses_them(gateways, model):
 
 
 def test_smg_in_worker_mode_drives_our_worker(engines, reference, tmp_path_factory):
-    port, metrics = free_port(), free_port()
-    log = open(tmp_path_factory.mktemp("smg-fallback") / "smg.log", "w+")  # noqa: SIM115
-    cmd = [
-        smg_binary(), "launch", "--host", "127.0.0.1", "--port", str(port),
-        "--worker-urls", f"grpc://{engines['ours'].address}", "--mm-processing", "worker",
-        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, env={**os.environ, "NO_COLOR": "1"})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_model(proc, base, log)
-        name = httpx.get(f"{base}/v1/models", timeout=5).json()["data"][0]["id"]
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=120)
-        assert answers(client, name) == reference
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
+    log = tmp_path_factory.mktemp("smg-fallback") / "smg.log"
+    with run_smg([engines["ours"].address], log, "--mm-processing", "worker") as base:
+        client = smg_client(base)
+        assert answers(client, client.models.list().data[0].id) == reference

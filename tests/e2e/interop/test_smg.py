@@ -2,72 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import pytest
 
 from protos import vllm_engine_pb2 as pb
-from tests.support.engines import free_port
+from tests.support.smg import run_smg, smg_client
 
 MESSAGES = [{"role": "user", "content": "Write a haiku about the sea."}]
 
 
-def smg_binary() -> str:
-    found = shutil.which("smg", path=str(Path(sys.executable).parent)) or shutil.which("smg")
-    if not found:
-        pytest.fail("smg is not installed: scripts/install.sh --test installs smg==1.13.0")
-    return found
-
-
 @pytest.fixture(scope="module")
 def smg(text_worker, tmp_path_factory) -> Iterator[str]:
-    port, metrics = free_port(), free_port()
-    log = open(tmp_path_factory.mktemp("smg") / "smg.log", "w+")  # noqa: SIM115
-    cmd = [
-        smg_binary(),
-        "launch",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--worker-urls",
-        f"grpc://{text_worker.address}",
-        "--prometheus-host",
-        "127.0.0.1",
-        "--prometheus-port",
-        str(metrics),
-    ]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, env={**os.environ, "NO_COLOR": "1"})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_model(proc, base, log)
+    with run_smg([text_worker.address], tmp_path_factory.mktemp("smg") / "smg.log") as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
-
-
-def _wait_for_model(proc: subprocess.Popen, base: str, log) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            if httpx.get(f"{base}/v1/models", timeout=2).json().get("data"):
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.5)
-    log.seek(0)
-    pytest.fail(f"SMG did not register the worker:\n{log.read()[-4000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +36,7 @@ def expected(text_worker, text_model):
 
 
 def client(base: str):
-    from openai import OpenAI
-
-    return OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=60)
+    return smg_client(base)
 
 
 def test_chat_completion_through_smg(smg, expected):

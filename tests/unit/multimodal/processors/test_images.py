@@ -20,6 +20,13 @@ CLIP = {
     "image_mean": [0.48145466, 0.4578275, 0.40821073],
     "image_std": [0.26862954, 0.26130258, 0.27577711],
 }
+QWEN3 = {
+    "patch_size": 16,
+    "min_pixels": 65536,
+    "max_pixels": 16777216,
+    "image_mean": [0.5] * 3,
+    "image_std": [0.5] * 3,
+}
 VARIANTS = {
     # name: (config model_type, preprocessor settings)
     "qwen2_vl-tiny": ("qwen2_vl", {}),
@@ -27,16 +34,8 @@ VARIANTS = {
         "qwen2_5_vl",
         {"patch_size": 14, "min_pixels": 3136, "max_pixels": 12845056, **CLIP},
     ),
-    "qwen3_vl": (
-        "qwen3_vl",
-        {
-            "patch_size": 16,
-            "min_pixels": 65536,
-            "max_pixels": 16777216,
-            "image_mean": [0.5] * 3,
-            "image_std": [0.5] * 3,
-        },
-    ),
+    "qwen3_vl": ("qwen3_vl", QWEN3),
+    "qwen3_5": ("qwen3_5", QWEN3),  # Qwen3.5 ships Qwen3-VL's processor settings
 }
 
 

@@ -1,4 +1,6 @@
-"""Qwen-VL preprocessing against transformers' processor (what vLLM runs) on the same images."""
+"""Qwen-VL preprocessing against transformers' processor (what vLLM runs) on the same images:
+the tiny Qwen2-VL, and Qwen3.5 dense and MoE dirs with the released preprocessor config
+(Qwen3VLProcessor: patch 16, mean/std 0.5, 64 Ki to 16 Mi pixels)."""
 
 from __future__ import annotations
 
@@ -8,19 +10,28 @@ import pytest
 from multimodal.processors.base import OptionError
 from multimodal.prompt import Placeholders, expand
 from tests.support import load_processor
+from tests.support.qwen35_models import build_model
 from tests.support.synthetic_images import IMAGES
 
 
+@pytest.fixture(scope="module", params=["qwen2_vl", "qwen3_5", "qwen3_5_moe"])
+def model_dir(request, vision_model, tmp_path_factory):
+    if request.param == "qwen2_vl":
+        return vision_model
+    out = tmp_path_factory.mktemp(request.param)
+    return build_model(out, weights=False, moe=request.param.endswith("moe"), tiny=False)
+
+
 @pytest.fixture(scope="module")
-def hf(vision_model):
+def hf(model_dir):
     from transformers import AutoProcessor
 
-    return AutoProcessor.from_pretrained(vision_model)
+    return AutoProcessor.from_pretrained(model_dir)
 
 
 @pytest.fixture(scope="module")
-def ours(vision_model):
-    return load_processor(vision_model)
+def ours(model_dir):
+    return load_processor(model_dir)
 
 
 def reference(hf, images, raw: bool, **kwargs):
