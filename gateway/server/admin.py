@@ -32,6 +32,8 @@ def describe(worker: Worker) -> dict[str, Any]:
         "assigned_requests": worker.assigned,
         "calls_in_flight": worker.in_flight,
         "requests_total": worker.requests,
+        # URL schemes it preprocesses media from (media_refs); empty: it takes tensors only
+        "media_ref_schemes": sorted(worker.facts.media_ref_schemes) if worker.facts else [],
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 
 import grpc
+import httpx
 import openai
 import pytest
 from vllm import SamplingParams
@@ -78,13 +79,15 @@ def expected(vision_model):
         reference.close()
 
 
-def test_the_worker_advertises_media_refs(worker):
+def test_the_worker_advertises_media_refs(worker, gateways):
     info = worker.stub().GetServerInfo(pb.GetServerInfoRequest(), timeout=10)
     assert (info.mm_processor, info.mm_media_ref_schemes, info.mm_processor_source) == (
         "inprocess",
         "http,https,data",
         "flag",
     )
+    listed = httpx.get(f"{gateways['worker'].base_url}/admin/workers", timeout=10).json()
+    assert [w["media_ref_schemes"] for w in listed["workers"]] == [["data", "http", "https"]]
 
 
 @pytest.mark.parametrize("images", [[IMAGE], [IMAGE, WIDE]], ids=["one", "two-sizes"])
