@@ -2,8 +2,10 @@
 
 The gateway (or SMG) already expanded the placeholders and computed every tensor; this module only
 checks that what arrived is self-consistent and lays it out the way vLLM's own processor would
-have: one field config per tensor (batched / flat with a sizes tensor / shared), placeholder
-ranges with an embedding mask when they hold structural tokens, and one hash per item.
+have: one field config per tensor (batched / flat with a sizes tensor / shared; a flat key whose
+sizes tensor has a row of extents per item is a padded batch, each item cut back to its own
+shape, as vLLM's Pixtral processors hand images over), placeholder ranges with an embedding
+mask when they hold structural tokens, and one hash per item.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def build_mm_prompt(
             )
         hf_dict.update(batch.tensors)
         fields.update(batch.fields)
-    features = BatchFeature(hf_dict, tensor_type="pt")
+    # Already tensors (no conversion asked): a ragged batch's items are a list of them.
+    features = BatchFeature(hf_dict)
     mm_kwargs = MultiModalKwargsItems.from_hf_inputs(features, fields)
     hashes = {b.modality: b.hashes or _content_hashes(mm_kwargs, b.modality) for b in decoded}
     placeholders = {b.modality: b.placeholders for b in decoded}
@@ -93,6 +96,10 @@ def _decode_batch(batch, index: int, ids: torch.Tensor, contract: PixelContract)
     _check_pixels(wire[primary], contract, f"{where}.pixel_values")
     tensors = {_engine_key(k, modality): _to_model_dtype(t, contract) for k, t in wire.items()}
     fields = _field_configs(batch, wire, modality, num_items, where)
+    for key, sizes_key in batch.flat_keys.items():
+        if key in wire and _is_extents(wire.get(sizes_key)):
+            name = _engine_key(key, modality)
+            tensors[name] = _unpadded(key, tensors[name], sizes_key, wire, batch, num_items, where)
     if batch.mm_hashes and len(batch.mm_hashes) != num_items:
         raise InvalidRequest(
             f"{where}.mm_hashes: {len(batch.mm_hashes)} hashes for {num_items} placeholders"
@@ -149,6 +156,9 @@ def _field_configs(
         if key in batched:
             _check_batched(key, tensor, num_items, where)
             fields[key] = MultiModalFieldConfig.batched(modality, keep_on_cpu=on_cpu)
+        elif key in flat and _is_extents(wire.get(flat[key])):
+            # A padded batch of items of different shapes: each cut to its extent, batched.
+            fields[key] = MultiModalFieldConfig.batched(modality, keep_on_cpu=on_cpu)
         elif key in flat:
             sizes = _flat_sizes(key, flat[key], wire, batched, num_items, where)
             fields[key] = MultiModalFieldConfig.flat_from_sizes(modality, sizes, keep_on_cpu=on_cpu)
@@ -163,6 +173,34 @@ def _check_batched(key: str, tensor: torch.Tensor, num_items: int, where: str) -
             f"{where}: batched tensor {key!r} has shape {list(tensor.shape)}, "
             f"expected first dimension {num_items} (one per placeholder)"
         )
+
+
+def _is_extents(sizes: torch.Tensor | None) -> bool:
+    """Whether a flat key's sizes tensor holds a row of extents per item (a column per trailing
+    dimension of a zero-padded batch) rather than one row count per item."""
+    return sizes is not None and sizes.ndim == 2 and sizes.shape[1] > 1
+
+
+def _unpadded(
+    key: str, padded: torch.Tensor, sizes_key: str, wire: dict, batch, num_items: int, where: str
+) -> list[torch.Tensor]:
+    """Each item of a padded batch cut to its extent, as vLLM's processors cut Pixtral's
+    (`p[:, :h, :w]`) so that an item never depends on the others sent with it."""
+    extents, field = wire[sizes_key], f"{where}.flat_keys[{key!r}]"
+    if sizes_key not in batch.batched_keys:
+        raise InvalidRequest(f"{field}: sizes tensor {sizes_key!r} must be in batched_keys")
+    dims = extents.shape[1]
+    if len(padded) != num_items or len(extents) != num_items or padded.ndim <= dims:
+        raise InvalidRequest(
+            f"{field}: extents {list(extents.shape)} from {sizes_key!r} do not cut {key!r} of "
+            f"shape {list(padded.shape)} into {num_items} items"
+        )
+    items = []
+    for item, extent in zip(padded, extents.tolist()):
+        if not all(1 <= e <= d for e, d in zip(extent, item.shape[-dims:])):
+            raise InvalidRequest(f"{field}: extent {extent} lies outside {list(item.shape)}")
+        items.append(item[(..., *(slice(0, e) for e in extent))])
+    return items
 
 
 def _flat_sizes(

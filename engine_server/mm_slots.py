@@ -3,8 +3,10 @@
 A placeholder whose embedding positions do not match what the encoder produces for the item
 kills vLLM's engine core, so the worker checks it before admission. The count comes from the
 model's own prompt-replacement rule in vLLM (e.g. Qwen2-VL: t*h*w / merge^2 pads), computed
-from the item's tensors: no model knowledge lives here. Models whose rule needs the raw media
-(an image size rather than a tensor) cannot be checked this way and are admitted unchecked.
+from the item's tensors: no model knowledge lives here. A rule that asks for the raw media's
+size (Pixtral's, LLaVA-NeXT's) is handed blank stand-ins of the size an item's `image_sizes`
+(height, width: the HF processors' name) says; models whose rule needs more than that are
+admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3).
 """
 
 from __future__ import annotations
@@ -12,18 +14,30 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 from vllm.multimodal.inputs import MultiModalKwargsItems, PlaceholderRange
-from vllm.multimodal.parse import MultiModalDataItems
+from vllm.multimodal.parse import ImageProcessorItems, MultiModalDataItems
 
 from engine_server.errors import InvalidRequest
 
 log = logging.getLogger("mmgate.engine")
+
+# Rules vLLM cannot apply on the worker, with the count in the item's tensors instead: model
+# type -> (per-item tensor, config field); slots = the tensor's value x the field. Gemma 3's
+# rule counts pan-and-scan crops from the image size and the request's mm_processor_kwargs,
+# neither of which reaches the worker (stand-ins would count with pan-and-scan off), while
+# `num_patches` (crops + 1) says how many images its encoder embeds, each into
+# mm_tokens_per_image slots.
+_PER_ITEM_TENSOR = {"gemma3": ("num_patches", "mm_tokens_per_image")}
 
 
 class EmbeddingSlots:
     def __init__(self, engine: Any) -> None:
         self._processor = getattr(engine.renderer, "mm_processor", None)
         self._tokenizer = engine.tokenizer
+        config = getattr(getattr(engine, "model_config", None), "hf_config", None)
+        rule = _PER_ITEM_TENSOR.get(getattr(config, "model_type", None))
+        self._per_item = (rule[0], int(getattr(config, rule[1]))) if rule else None
 
     def check(
         self, mm_kwargs: MultiModalKwargsItems, placeholders: dict[str, list[PlaceholderRange]]
@@ -39,10 +53,15 @@ class EmbeddingSlots:
                     )
 
     def _expected(self, mm_kwargs: MultiModalKwargsItems, modality: str, index: int) -> int | None:
+        if self._per_item is not None:
+            key, slots = self._per_item
+            item = mm_kwargs[modality][index]
+            return int(item[key].data) * slots if key in item else None
         if self._processor is None:
             return None
         try:
-            updates = self._processor._get_prompt_updates(MultiModalDataItems({}), {}, mm_kwargs)
+            media = _stand_ins(mm_kwargs)
+            updates = self._processor._get_prompt_updates(media, {}, mm_kwargs)
             update = next(u for u in updates if u.modality == modality)
             content = update.resolve(index).content
         except Exception as error:  # noqa: BLE001 - the rule needs what we do not have
@@ -54,3 +73,18 @@ class EmbeddingSlots:
         if content.is_embed is None:
             return len(full)
         return int(content.is_embed(full).sum())
+
+
+def _stand_ins(mm_kwargs: MultiModalKwargsItems) -> MultiModalDataItems:
+    """Blank images (no memory: a broadcast zero) of the sizes the items' `image_sizes` say,
+    for rules that size the replacement from the image; media-less items when one has no size."""
+    sizes = [item.get("image_sizes") for item in mm_kwargs.get("image", [])]
+    if not sizes:
+        return MultiModalDataItems({})
+    if any(size is None or size.data.numel() != 2 for size in sizes):
+        # vLLM's own stand-in for images whose media is not at hand (cached by uuid): a rule
+        # that only asks whether they are images or embeddings (InternVL's) can count.
+        return MultiModalDataItems({"image": ImageProcessorItems([None] * len(sizes))})
+    blank = np.zeros((1, 1, 3), np.uint8)
+    images = [np.broadcast_to(blank, (*map(int, s.data.tolist()), 3)) for s in sizes]
+    return MultiModalDataItems({"image": ImageProcessorItems(images)})

@@ -119,6 +119,8 @@ def prepare(
             Placeholders(processor.modality, processor.anchor_token_id, processed.replacements)
         )
     ids, ranges = expand(prompt_ids, placeholders)
+    for processor, _ in groups:
+        ids, ranges = processor.finish_prompt(ids, ranges)
     for part, part_ranges in zip(parts, ranges):
         part.ranges = part_ranges
     return Prepared(ids, parts, None if encoding.raw else encoding.float_dtype)

@@ -138,7 +138,7 @@ def compare_hf(args: argparse.Namespace, prompt: Prompt) -> dict[str, Any]:
     out = hf(
         text=[prompt.text],
         images=[i.image for i in prompt.items],
-        return_tensors="np",
+        return_tensors="pt",  # "np" cannot hold Llama 4's bfloat16 pixels
         **extra,
         **args.mm_processor_kwargs,
     )
@@ -150,7 +150,10 @@ def compare_hf(args: argparse.Namespace, prompt: Prompt) -> dict[str, Any]:
         if key not in out:
             result[key] = "not produced by transformers (a sizes tensor for the wire)"
             continue
-        theirs = np.asarray(out[key])
+        theirs = out[key]
+        if str(theirs.dtype) == "torch.bfloat16":
+            theirs = theirs.float()  # exact
+        theirs = np.asarray(theirs)
         if theirs.shape != ours.shape:
             result[key] = (
                 f"shape differs: ours {list(ours.shape)}, transformers {list(theirs.shape)}"

@@ -20,6 +20,7 @@ import numpy as np
 
 from multimodal.errors import MmgateError
 from multimodal.processors.options import NoOptions, OptionError, parse_options
+from multimodal.prompt import Range
 
 Modality = Literal["image", "video", "audio"]
 
@@ -55,6 +56,9 @@ class ModelConfigs(Protocol):
 
     @property
     def vocab(self) -> Mapping[str, int]: ...  # token text -> id, added tokens included
+
+    @property
+    def tokenizer(self) -> Any: ...  # a tokenizers.Tokenizer, for replacements holding text
 
 
 @dataclass
@@ -101,6 +105,14 @@ class ItemProcessor(ABC):
     def settings_for(self, options: Any) -> Any:
         """`options` merged over the model's defaults; families with options override it."""
         return options
+
+    def finish_prompt(
+        self, ids: list[int], ranges: list[list[Range]]
+    ) -> tuple[list[int], list[list[Range]]]:
+        """The expanded prompt as vLLM's processor leaves it, with every modality's ranges in
+        it. Most families leave it as expanded; Gemma 3 fuses the newline tokens its
+        replacements put next to the prompt's."""
+        return ids, ranges
 
     @abstractmethod
     def process(
