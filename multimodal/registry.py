@@ -6,11 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, UnsupportedModel
+from multimodal.processors.gemma3 import Gemma3Processor
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
 
-FAMILIES: tuple[type[ItemProcessor], ...] = (QwenVLProcessor, LlavaProcessor, LlavaNextProcessor)
+FAMILIES: tuple[type[ItemProcessor], ...] = (
+    QwenVLProcessor,
+    LlavaProcessor,
+    LlavaNextProcessor,
+    Gemma3Processor,
+)
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]
 
