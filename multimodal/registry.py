@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, UnsupportedModel
 from multimodal.processors.gemma3 import Gemma3Processor
+from multimodal.processors.internvl import InternVLProcessor
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
@@ -16,6 +17,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     LlavaProcessor,
     LlavaNextProcessor,
     Gemma3Processor,
+    InternVLProcessor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]
