@@ -10,12 +10,15 @@ from multimodal.processors.gemma3 import Gemma3Processor
 from multimodal.processors.internvl import InternVLProcessor
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
+from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
 
 FAMILIES: tuple[type[ItemProcessor], ...] = (
     QwenVLProcessor,
     LlavaProcessor,
     LlavaNextProcessor,
+    Mistral3Processor,
+    PixtralHFProcessor,
     Gemma3Processor,
     InternVLProcessor,
 )
