@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, UnsupportedModel
 from multimodal.processors.gemma3 import Gemma3Processor
 from multimodal.processors.internvl import InternVLProcessor
+from multimodal.processors.llama4 import Llama4Processor
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
@@ -17,6 +18,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     QwenVLProcessor,
     LlavaProcessor,
     LlavaNextProcessor,
+    Llama4Processor,
     Mistral3Processor,
     PixtralHFProcessor,
     Gemma3Processor,
