@@ -2,10 +2,10 @@
 
     python -m benchmarks.preprocess_bench [--quick] [--repeats N] [--family NAME] [--json FILE]
 
-For Qwen2.5-VL, Qwen2-VL, Qwen3-VL, LLaVA-1.5 and LLaVA-NeXT (model dirs written to a temp
-dir: configs, tokenizer, preprocessor config, no weights; the Qwen ones with their released
-preprocessor configs, real pixel limits included) and a synthetic photo-like image per size,
-encoded once as JPEG (quality 90) and PNG, it times:
+For Qwen2.5-VL, Qwen2-VL, Qwen3-VL, Qwen3.5, LLaVA-1.5, LLaVA-NeXT, Gemma 3, Pixtral-12B,
+InternVL3 and Llama 4 (model dirs written to a temp dir: configs, tokenizer, preprocessor
+config, no weights; with their released preprocessor configs, real pixel limits included)
+and a synthetic photo-like image per size, encoded once as JPEG (quality 90) and PNG, it times:
 
 * decode: ``multimodal.decode.decode_pixels(bytes)``, the gateway's decode: vLLM's pixels,
   JPEGs decoded by libjpeg-turbo straight into a numpy array (``--no-fast-jpeg``: Pillow's path
@@ -159,12 +159,56 @@ def build_llava(kind: str) -> Callable[[Path], Path]:
     return build
 
 
+def build_pixtral(out_dir: Path) -> Path:
+    # The parity tests' weightless Pixtral-12B (HF format). Its image processor alone resizes as
+    # PixtralProcessor does (16px tokens); Mistral 3's alone would not (14px, not 2x2-merged 28).
+    from tests.support.pixtral_models import build_model
+
+    return build_model(out_dir, weights=False, kind="pixtral")
+
+
+def build_gemma3(out_dir: Path) -> Path:
+    # The parity tests' weightless Gemma 3: the released 896x896 preprocessor config.
+    from tests.support.gemma3_models import build_model
+
+    return build_model(out_dir, weights=False)
+
+
+def build_internvl(out_dir: Path) -> Path:
+    # The parity tests' weightless InternVL3 (HF format), released 448px tiles, 1..12 plus a
+    # thumbnail. Its image processor alone tiles only when its config says so; InternVLProcessor
+    # (what vLLM calls) always passes crop_to_patches=True, so the config says so here.
+    from tests.support.internvl_models import build_model
+
+    return build_model(out_dir, weights=False, crop_to_patches=True)
+
+
+def build_qwen35(out_dir: Path) -> Path:
+    # The parity tests' weightless Qwen3.5 with the released preprocessor config.
+    from tests.support.qwen35_models import build_model
+
+    return build_model(out_dir, weights=False, tiny=False)
+
+
+def build_llama4(out_dir: Path) -> Path:
+    # The parity tests' weightless Llama 4: the released preprocessor config (336px tiles, up
+    # to 16 plus a global tile).
+    from tests.support.llama4_models import build_model
+
+    return build_model(out_dir, weights=False)
+
+
 FAMILIES = {
     "Qwen2.5-VL": build_qwen25,
     "Qwen2-VL": build_qwen_variant("qwen2_vl", QWEN2_PREPROCESSOR),
     "Qwen3-VL": build_qwen_variant("qwen3_vl", QWEN3_PREPROCESSOR),
+    "Qwen3.5": build_qwen35,
     "LLaVA-1.5": build_llava("llava"),
     "LLaVA-NeXT": build_llava("llava_next"),
+    "Gemma-3": build_gemma3,
+    "Pixtral-12B": build_pixtral,
+    "InternVL3": build_internvl,
+    "Llama-4": build_llama4,
 }
 
 
@@ -242,7 +286,15 @@ def ours(processor, image: Image.Image | np.ndarray, raw: bool) -> np.ndarray:
 
 def theirs(image_processor, image: Image.Image, raw: bool) -> np.ndarray:
     extra = {"do_rescale": False, "do_normalize": False} if raw else {}
+    if not raw and type(image_processor).__name__ in BFLOAT16_PROCESSORS:
+        # bfloat16 pixels, which numpy cannot hold: torch's tensor, as float32 (exact)
+        out = image_processor(images=[image], return_tensors="pt", **extra)["pixel_values"]
+        return out.float().numpy()
     return image_processor(images=[image], return_tensors="np", **extra)["pixel_values"]
+
+
+# Image processors that normalize in bfloat16 (return_tensors="np" refuses their output).
+BFLOAT16_PROCESSORS = ("Llama4ImageProcessor",)
 
 
 def variants(processor, image_processor, load, data: bytes) -> dict[str, Callable[[], object]]:
