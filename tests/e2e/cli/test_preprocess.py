@@ -127,3 +127,43 @@ def test_prompt_ids_equal_vllm_tokenize(vision_model, string_format_model, fmt):
     image_pad = 3005
     lengths = [p["length"] for p in report["placeholders"]]
     assert want.count(image_pad) == sum(lengths) and len(lengths) == 2
+
+
+def _family_dirs() -> dict:
+    from tests.support import (
+        gemma3_models,
+        internvl_models,
+        llama4_models,
+        pixtral_models,
+        qwen35_models,
+    )
+
+    return {
+        "qwen3_5": lambda out: qwen35_models.build_model(out, weights=False, tiny=False),
+        "gemma3": lambda out: gemma3_models.build_model(out, weights=False),
+        "internvl": lambda out: internvl_models.build_model(out, weights=False),
+        "mistral3": lambda out: pixtral_models.build_model(out, weights=False),
+        "pixtral": lambda out: pixtral_models.build_model(out, weights=False, kind="pixtral"),
+        "llama4": lambda out: llama4_models.build_model(out, weights=False),
+    }
+
+
+@pytest.mark.parametrize("pixels", ["uint8", "float32"])
+@pytest.mark.parametrize("family", list(_family_dirs()))
+def test_compare_hf_for_every_wave_2a_family(family, pixels, tmp_path):
+    """`--compare-hf` on two committed images of different sizes: the prompt ids equal
+    transformers', every tensor it produces is equal (uint8) or within 1e-5 (float)."""
+    from tests.support import IMAGES_DIR
+
+    model = _family_dirs()[family](tmp_path / family)
+    images = [str(IMAGES_DIR / "large.jpg"), str(IMAGES_DIR / "tall.png")]
+    args = ["--model", str(model), "--image", images[0], "--image", images[1]]
+    result = run_cli(*args, "--pixels", pixels, "--json", "--compare-hf")
+    assert result.returncode == 0, result.stderr
+    compared = json.loads(result.stdout)["compare_hf"]
+    assert compared.pop("prompt_ids_equal") is True
+    diffs = {k: v["max_abs_diff"] for k, v in compared.items() if isinstance(v, dict)}
+    assert "pixel_values" in diffs
+    assert max(diffs.values()) <= (0.0 if pixels == "uint8" else 1e-5), diffs
+    # the rest are the wire's own sizes tensors, which transformers does not produce
+    assert all("not produced by transformers" in v for v in compared.values() if isinstance(v, str))
