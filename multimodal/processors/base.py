@@ -32,6 +32,7 @@ __all__ = [
     "OptionError",
     "ProcessedItems",
     "UnsupportedModel",
+    "matches_model",
 ]
 
 
@@ -59,6 +60,17 @@ class ModelConfigs(Protocol):
 
     @property
     def tokenizer(self) -> Any: ...  # a tokenizers.Tokenizer, for replacements holding text
+
+
+def matches_model(
+    files: ModelConfigs, model_types: Sequence[str], image_processors: Sequence[str]
+) -> bool:
+    """The model_type is one of `model_types`, and the image processor (if the config names
+    one; released checkpoints name the Fast class) one of `image_processors`."""
+    kind = files.preprocessor.get("image_processor_type")
+    return files.config.get("model_type") in model_types and (
+        kind is None or kind.removesuffix("Fast") in image_processors
+    )
 
 
 @dataclass

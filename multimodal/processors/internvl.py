@@ -44,6 +44,7 @@ from multimodal.processors.base import (
     ModelConfigs,
     OptionError,
     ProcessedItems,
+    matches_model,
 )
 from multimodal.processors.options import option
 from multimodal.processors.pixels import PixelPipeline, PixelSettings
@@ -157,10 +158,7 @@ class InternVLProcessor(ItemProcessor):
 
     @classmethod
     def matches(cls, files: ModelConfigs) -> bool:
-        kind = files.preprocessor.get("image_processor_type")
-        return files.config.get("model_type") in MODEL_TYPES and (
-            kind is None or kind.removesuffix("Fast") in IMAGE_PROCESSORS
-        )
+        return matches_model(files, MODEL_TYPES, IMAGE_PROCESSORS)
 
     @classmethod
     def from_files(cls, files: ModelConfigs) -> InternVLProcessor:

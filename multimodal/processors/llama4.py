@@ -51,6 +51,7 @@ from multimodal.processors.base import (
     ModelConfigError,
     ModelConfigs,
     ProcessedItems,
+    matches_model,
 )
 from multimodal.processors.options import option
 from multimodal.processors.transforms import RESAMPLE, channel_triple, pad, resize_to
@@ -336,10 +337,7 @@ class Llama4Processor(ItemProcessor):
 
     @classmethod
     def matches(cls, files: ModelConfigs) -> bool:
-        kind = files.preprocessor.get("image_processor_type")
-        return files.config.get("model_type") in MODEL_TYPES and (
-            kind is None or kind.removesuffix("Fast") in IMAGE_PROCESSORS
-        )
+        return matches_model(files, MODEL_TYPES, IMAGE_PROCESSORS)
 
     @classmethod
     def from_files(cls, files: ModelConfigs) -> Llama4Processor:

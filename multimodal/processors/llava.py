@@ -24,6 +24,7 @@ from multimodal.processors.base import (
     ModelConfigError,
     ModelConfigs,
     ProcessedItems,
+    matches_model,
 )
 from multimodal.processors.options import NoOptions
 from multimodal.processors.pixels import PixelPipeline, PixelSettings, pixel_settings
@@ -100,11 +101,8 @@ def family_matches(
 ) -> bool:
     """model_type, a tower vLLM counts for, and an image processor whose steps we reproduce."""
     vision = files.config.get("vision_config") or DEFAULT_VISION
-    kind = files.preprocessor.get("image_processor_type")
-    return (
-        files.config.get("model_type") in model_types
-        and vision.get("model_type", "clip_vision_model") in VISION_TOWERS
-        and (kind is None or kind.removesuffix("Fast") in processors)
+    return matches_model(files, model_types, processors) and (
+        vision.get("model_type", "clip_vision_model") in VISION_TOWERS
     )
 
 
