@@ -100,3 +100,19 @@ def test_a_request_s_canvas_option_is_served(pair, reference):
 
 def test_a_placeholder_one_embedding_short_is_refused_by_the_worker(pair):
     assert_slot_check_refuses(pair, PHOTO)
+
+
+def test_smg_drives_our_worker_with_it(pair, tmp_path):
+    """SMG 1.13 preprocesses Llama 4 itself and our worker takes its tensors: the prompt it
+    builds has vLLM's length. Its text is not compared: SMG normalizes in float32 where
+    transformers (and so vLLM) rounds through bfloat16, so its pixels differ by up to 0.004,
+    and it ignores resize_to_max_canvas (images here are sent multi-tile either way)."""
+    from tests.support.smg import run_smg, smg_client
+
+    wide = [make_image(1280, 960, seed=9)]
+    want = pair.reference([("photo", wide)])["photo"]
+    with run_smg([pair.worker.address], tmp_path / "smg.log", "--mm-processing", "router") as base:
+        client = smg_client(base)
+        reply = ask(client, wide, client.models.list().data[0].id)
+    assert reply.usage.prompt_tokens == want[0]
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 10
