@@ -1,0 +1,69 @@
+"""``--reasoning-parser qwen3``: vLLM 0.32's Qwen3 parser engine, reasoning part only.
+
+Behaviour reproduced (``vllm/parser/qwen3.py`` grammar, as served by ``DelegatingParser``):
+
+- Output starts in reasoning: the ``<think>`` start tag is optional (templates that put it in
+  the prompt) and every ``<think>`` inside reasoning is dropped.
+- ``</think>`` ends reasoning. ``<tool_call>`` also ends it (an implicit end); the tag is then
+  kept as content so a tool parser can read it.
+- A text with no end is all reasoning, content ``None``; empty parts are ``None``.
+- Non-streaming, every later ``</think>`` is dropped from content. Streaming, only those in the
+  delta that ended reasoning are: vLLM passes later deltas through as raw content.
+- Streaming finds markers within a delta only: vLLM matches them by token id, and a marker is
+  one token, so it never straddles two deltas.
+"""
+
+from __future__ import annotations
+
+from gateway.parsers.base import DeltaMessage, ReasoningParser, ReasoningResult
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+TOOL_CALL_START = "<tool_call>"
+_MARKERS = (THINK_START, THINK_END, TOOL_CALL_START)
+
+
+def _next_marker(text: str) -> tuple[int, str] | None:
+    found = [(i, m) for m in _MARKERS if (i := text.find(m)) != -1]
+    return min(found) if found else None
+
+
+def _split(text: str) -> tuple[str, str | None, str]:
+    """(reasoning, content or None if reasoning has not ended, unscanned tail)."""
+    reasoning: list[str] = []
+    pos = 0
+    while (hit := _next_marker(text[pos:])) is not None:
+        offset, marker = hit
+        reasoning.append(text[pos : pos + offset])
+        pos += offset + len(marker)
+        if marker == THINK_START:
+            continue
+        # The content keeps <tool_call> (the tool parser needs it) but never a stray </think>.
+        rest = (TOOL_CALL_START if marker == TOOL_CALL_START else "") + text[pos:]
+        return "".join(reasoning), rest.replace(THINK_END, ""), ""
+    return "".join(reasoning), None, text[pos:]
+
+
+class Qwen3ReasoningParser(ReasoningParser):
+    name = "qwen3"
+
+    def __init__(self) -> None:
+        self._ended = False
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return self._ended
+
+    def extract(self, text: str) -> ReasoningResult:
+        reasoning, content, tail = _split(text)
+        return ReasoningResult(reasoning + tail or None, content or None)
+
+    def feed(self, delta_text: str) -> DeltaMessage | None:
+        if self._ended:
+            return DeltaMessage(content=delta_text) if delta_text else None
+        reasoning, content, tail = _split(delta_text)
+        self._ended = content is not None
+        reasoning += tail
+        if not reasoning and not content:
+            return None
+        return DeltaMessage(reasoning=reasoning or None, content=content or None)

@@ -1,0 +1,145 @@
+"""vLLM's own parsers as the reference for gateway.parsers, run the way its OpenAI server runs
+them: the composed ``DelegatingParser`` from ``ParserManager.get_parser`` (``parse`` for a whole
+output, ``parse_delta`` per streamed delta). Imports vLLM parser modules only, no engine.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.parsers import DeltaMessage, ReasoningParser, ToolParser
+
+MARKERS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+TOOL_ID_RE = re.compile(r"chatcmpl-tool-[0-9a-f]{16}")
+
+
+@functools.cache
+def tokenizer() -> Any:
+    """The tiny Qwen tokenizer, with the four markers as single (non-special) tokens."""
+    from tokenizers import AddedToken
+
+    from engine_server.tiny_models import QWEN2_CHAT_TEMPLATE, _qwen_tokenizer
+
+    tok = _qwen_tokenizer(QWEN2_CHAT_TEMPLATE)
+    tok.add_tokens([AddedToken(m, special=False, normalized=False) for m in MARKERS])
+    return tok
+
+
+@dataclass
+class Assembled:
+    """A stream folded back together: what a client ends up with."""
+
+    reasoning: str = ""
+    content: str = ""
+    calls: dict[int, list[str]] = field(default_factory=dict)  # index -> [name, arguments]
+    ids: dict[int, str] = field(default_factory=dict)
+
+    def add(self, reasoning: str | None, content: str | None, calls: Iterable[tuple]) -> None:
+        self.reasoning += reasoning or ""
+        self.content += content or ""
+        for index, call_id, name, arguments in calls:
+            entry = self.calls.setdefault(index, ["", ""])
+            entry[0] += name or ""
+            entry[1] += arguments or ""
+            if call_id is not None:
+                self.ids[index] = call_id
+
+    def comparable(self) -> tuple:
+        # Ids are random on both sides: compare only that each call got one of vLLM's format.
+        assert all(TOOL_ID_RE.fullmatch(i) for i in self.ids.values()), self.ids
+        assert set(self.ids) == set(self.calls), (self.ids, self.calls)
+        return self.reasoning, self.content, self.calls
+
+
+def _request() -> Any:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    return ChatCompletionRequest(
+        model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS
+    )
+
+
+def _vllm_parser(tool: str | None, reasoning: str | None) -> Any:
+    from vllm.parser.parser_manager import ParserManager
+
+    # vLLM logs a traceback for every body its hermes parser fails to read; expected here.
+    logging.getLogger("vllm.tool_parsers.hermes_tool_parser").setLevel(logging.CRITICAL)
+    cls = ParserManager.get_parser(
+        tool_parser_name=tool, reasoning_parser_name=reasoning, enable_auto_tools=True
+    )
+    return cls(tokenizer(), TOOLS)
+
+
+def vllm_whole(
+    text: str, *, tool: str | None = None, reasoning: str | None = None
+) -> tuple[str | None, str | None, list[tuple[str, str]]]:
+    """vLLM's non-streamed (reasoning, content, [(name, arguments)])."""
+    got_reasoning, content, calls = _vllm_parser(tool, reasoning).parse(
+        text, _request(), enable_auto_tools=True
+    )
+    return got_reasoning, content, [(c.name, c.arguments) for c in calls or []]
+
+
+def vllm_stream(
+    deltas: Sequence[str], *, tool: str | None = None, reasoning: str | None = None
+) -> Assembled:
+    """vLLM's streamed output for these deltas, as the server feeds them (ids per delta)."""
+    tok = tokenizer()
+    parser, request = _vllm_parser(tool, reasoning), _request()
+    prompt_ids = tok.encode("<|im_start|>assistant\n")
+    out = Assembled()
+    for i, delta in enumerate(deltas):
+        msg = parser.parse_delta(
+            delta, tok.encode(delta), request, prompt_ids, finished=i == len(deltas) - 1
+        )
+        if msg is not None:
+            calls = [
+                (c.index, c.id, c.function and c.function.name, c.function and c.function.arguments)
+                for c in msg.tool_calls
+            ]
+            out.add(msg.reasoning, msg.content, calls)
+    return out
+
+
+def our_stream(parser: ReasoningParser | ToolParser, deltas: Sequence[str]) -> Assembled:
+    out = Assembled()
+    messages: list[DeltaMessage | None] = [parser.feed(d) for d in deltas] + [parser.finish()]
+    for msg in messages:
+        if msg is not None:
+            calls = [(c.index, c.id, c.name, c.arguments) for c in msg.tool_calls]
+            out.add(msg.reasoning, msg.content, calls)
+    return out
+
+
+def token_deltas(text: str) -> list[str]:
+    """The deltas a token-by-token stream sends: a token that ends mid-character is held back
+    until the character is complete, as vLLM's incremental detokenizer does."""
+    tok = tokenizer()
+    ids = tok.encode(text)
+    deltas, sent = [], ""
+    for n in range(1, len(ids) + 1):
+        decoded = tok.decode(ids[:n])
+        if not decoded.endswith("\ufffd"):
+            deltas.append(decoded[len(sent) :])
+            sent = decoded
+    assert sent == text
+    return deltas
+
+
+def two_delta_splits(text: str) -> list[list[str]]:
+    """Every split of ``text`` into two non-empty deltas."""
+    return [[text[:i], text[i:]] for i in range(1, len(text))]
