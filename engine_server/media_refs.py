@@ -64,6 +64,8 @@ class MediaRefSettings:
         limit = max_item_bytes
         if limit is None:
             raw = env.get(ITEM_BYTES_ENV, "").strip()
+            if raw and not raw.isdigit():
+                raise ValueError(f"{ITEM_BYTES_ENV}={raw!r} is not a number of bytes")
             limit = int(raw) if raw else DEFAULT_MAX_ITEM_BYTES
         if limit <= 0:
             raise ValueError(f"{ITEM_BYTES_FLAG} / {ITEM_BYTES_ENV} must be positive")

@@ -41,6 +41,11 @@ def test_bad_settings_are_refused(mode, items, message):
         MediaRefSettings.resolve(mode, items, env={})
 
 
+def test_a_bad_item_size_in_the_environment_is_named():
+    with pytest.raises(ValueError, match="SMG_VLLM_MM_MAX_ITEM_BYTES='32M' is not a number"):
+        MediaRefSettings.resolve("inprocess", env={"SMG_VLLM_MM_MAX_ITEM_BYTES": "32M"})
+
+
 def refs(*items: tuple[int, str]) -> pb.MediaRefs:
     return pb.MediaRefs(items=[pb.MediaRef(modality=m, url=u) for m, u in items])
 
