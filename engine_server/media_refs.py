@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine_server.errors import InvalidRequest, MediaUnavailable
+from engine_server.model_info import check_item_counts
 from protos import common_pb2
 
 log = logging.getLogger("mmgate.engine")
@@ -179,13 +180,7 @@ class MediaRefProcessor:
                     f"media_refs[{index}]: the inline item is {size} bytes, above this "
                     f"worker's {ITEM_BYTES_FLAG} of {self._max_item_bytes}"
                 )
-        for modality, count in counts.items():
-            limit = self._mm_config.get_limit_per_prompt(modality)
-            if count > limit:
-                raise InvalidRequest(
-                    f"media_refs: {count} {modality} items exceed this engine's limit of "
-                    f"{limit} per prompt (--limit-mm-per-prompt)"
-                )
+        check_item_counts(self._mm_config, counts, "media_refs")
 
     async def _fetch(self, index: int, item: MediaRef) -> Any:
         from vllm.exceptions import VLLMClientError

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from engine_server.errors import InvalidRequest
 from protos import vllm_engine_pb2 as pb
 
 SAMPLING_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -93,6 +95,18 @@ def item_limits(model_config: Any) -> str:
     mm = model_config.get_multimodal_config()
     pairs = [f"{m}={mm.get_limit_per_prompt(m)}" for m in ("image", "video")]
     return ",".join(p for p in pairs if not p.endswith("=0"))
+
+
+def check_item_counts(mm_config: Any, counts: Mapping[str, int], field: str) -> None:
+    """Refuse more items of a modality than --limit-mm-per-prompt allows, as vLLM's own
+    processor does (a bypassed or worker-side prompt must too, or the engine core fails)."""
+    for modality, count in counts.items():
+        limit = mm_config.get_limit_per_prompt(modality)
+        if count > limit:
+            raise InvalidRequest(
+                f"{field}: {count} {modality} items exceed this engine's limit of {limit} "
+                "per prompt (--limit-mm-per-prompt)"
+            )
 
 
 def shm_namespace_id() -> str:

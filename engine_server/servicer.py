@@ -159,21 +159,14 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         )
 
     def _check_item_limits(self, batches: list) -> None:
-        # vLLM's own processor enforces these; the bypass must too, or the engine core fails.
         if not self.model_config.is_multimodal_model:
             raise InvalidRequest("mm_inputs: this model takes no multimodal input")
-        mm_config = self.model_config.get_multimodal_config()
         counts: dict[str, int] = {}
         for batch in batches:
             modality = "video" if batch.modality == common_pb2.VIDEO else "image"
             counts[modality] = counts.get(modality, 0) + len(batch.mm_placeholders)
-        for modality, count in counts.items():
-            limit = mm_config.get_limit_per_prompt(modality)
-            if count > limit:
-                raise InvalidRequest(
-                    f"mm_inputs: {count} {modality} items exceed this engine's limit of {limit} "
-                    "per prompt (--limit-mm-per-prompt)"
-                )
+        mm_config = self.model_config.get_multimodal_config()
+        model_info.check_item_counts(mm_config, counts, "mm_inputs")
 
     def _check_ids(self, ids: list[int]) -> None:
         vocab = self.model_config.get_vocab_size()

@@ -42,7 +42,12 @@ class ModelProcessors:
     def get(self, modality: Modality) -> ItemProcessor:
         processor = self.by_modality.get(modality)
         if processor is None:
-            raise UnsupportedModel(f"this model does not accept {modality}s", param="messages")
+            raise UnsupportedModel(
+                f"the gateway has no {modality} processor for this model; let the engine "
+                f"workers preprocess its {modality}s (mmgate serve --mm-processing auto, "
+                "workers with --mm-processor inprocess)",
+                param="messages",
+            )
         return processor
 
 

@@ -28,7 +28,7 @@ from gateway.render.worker_media import MmProcessing, media_refs
 from gateway.server.metrics import GatewayMetrics
 from multimodal.media import LoadedImage, MediaPolicy, decode_sources, download_all, needs_download
 from multimodal.pipeline import PixelEncoding, Prepared, prepare
-from multimodal.processors.base import ItemProcessor, UnsupportedModel
+from multimodal.processors.base import ItemProcessor
 from multimodal.registry import ModelProcessors
 from multimodal.wire import MODALITIES, Piece
 from protos import vllm_engine_pb2 as pb
@@ -153,7 +153,7 @@ class PromptBuilder:
     ) -> Prompt:
         if not rendered.media:
             return Prompt(rendered.token_ids, rendered.prompt)
-        processor = self._processor("image")  # the only modality the renderer emits yet
+        processor = self.processors.get("image")  # the only modality the renderer emits yet
         urls = [item.url for item in rendered.media]
         started = time.perf_counter()
         downloaded: list[bytes | None] = [None] * len(urls)
@@ -175,17 +175,6 @@ class PromptBuilder:
         self._observe(fetched - started, time.perf_counter() - fetched, len(urls))
         kept = images if keep_items else []
         return Prompt(prepared.prompt_ids, rendered.prompt, prepared, fields, kept)
-
-    def _processor(self, modality: str) -> ItemProcessor:
-        processor = self.processors.by_modality.get(modality)
-        if processor is None:
-            raise UnsupportedModel(
-                f"the gateway has no {modality} processor for this model; let the engine "
-                f"workers preprocess its {modality}s (mmgate serve --mm-processing auto, "
-                "workers with --mm-processor inprocess)",
-                param="messages",
-            )
-        return processor
 
     def _decode_and_prepare(
         self,
