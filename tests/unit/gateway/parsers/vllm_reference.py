@@ -28,14 +28,17 @@ TOOL_ID_RE = re.compile(r"chatcmpl-tool-[0-9a-f]{16}")
 
 
 @functools.cache
-def tokenizer() -> Any:
-    """The tiny Qwen tokenizer, with the four markers as single (non-special) tokens."""
+def tokenizer(markers: tuple[str, ...] = MARKERS, special: tuple[str, ...] = ()) -> Any:
+    """The tiny Qwen tokenizer with ``markers`` as single non-special tokens and ``special`` as
+    single special tokens (a parser family passes its own marker strings)."""
     from tokenizers import AddedToken
 
     from engine_server.tiny_models import QWEN2_CHAT_TEMPLATE, _qwen_tokenizer
 
     tok = _qwen_tokenizer(QWEN2_CHAT_TEMPLATE)
-    tok.add_tokens([AddedToken(m, special=False, normalized=False) for m in MARKERS])
+    tok.add_tokens([AddedToken(m, special=False, normalized=False) for m in markers])
+    if special:
+        tok.add_special_tokens({"additional_special_tokens": list(special)})
     return tok
 
 
@@ -65,41 +68,55 @@ class Assembled:
         return self.reasoning, self.content, self.calls
 
 
-def _request() -> Any:
+def _request(tools: list[dict] | None = None) -> Any:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
     return ChatCompletionRequest(
-        model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS
+        model="m", messages=[{"role": "user", "content": "hi"}], tools=tools or TOOLS
     )
 
 
-def _vllm_parser(tool: str | None, reasoning: str | None) -> Any:
+def _vllm_parser(tool: str | None, reasoning: str | None, tok: Any, tools: list[dict]) -> Any:
     from vllm.parser.parser_manager import ParserManager
 
-    # vLLM logs a traceback for every body its hermes parser fails to read; expected here.
-    logging.getLogger("vllm.tool_parsers.hermes_tool_parser").setLevel(logging.CRITICAL)
+    # vLLM logs a traceback for every body its parsers fail to read; expected here.
+    for name in ("vllm.tool_parsers", "vllm.parser", "vllm.reasoning"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     cls = ParserManager.get_parser(
         tool_parser_name=tool, reasoning_parser_name=reasoning, enable_auto_tools=True
     )
-    return cls(tokenizer(), TOOLS)
+    return cls(tok, tools)
 
 
 def vllm_whole(
-    text: str, *, tool: str | None = None, reasoning: str | None = None
+    text: str,
+    *,
+    tool: str | None = None,
+    reasoning: str | None = None,
+    tok: Any = None,
+    tools: list[dict] | None = None,
 ) -> tuple[str | None, str | None, list[tuple[str, str]]]:
-    """vLLM's non-streamed (reasoning, content, [(name, arguments)])."""
-    got_reasoning, content, calls = _vllm_parser(tool, reasoning).parse(
-        text, _request(), enable_auto_tools=True
-    )
+    """vLLM's non-streamed (reasoning, content, [(name, arguments)]).
+
+    ``tok`` defaults to ``tokenizer()``; ``tools`` to ``TOOLS``."""
+    tools = tools or TOOLS
+    parser = _vllm_parser(tool, reasoning, tok or tokenizer(), tools)
+    got_reasoning, content, calls = parser.parse(text, _request(tools), enable_auto_tools=True)
     return got_reasoning, content, [(c.name, c.arguments) for c in calls or []]
 
 
 def vllm_stream(
-    deltas: Sequence[str], *, tool: str | None = None, reasoning: str | None = None
+    deltas: Sequence[str],
+    *,
+    tool: str | None = None,
+    reasoning: str | None = None,
+    tok: Any = None,
+    tools: list[dict] | None = None,
 ) -> Assembled:
     """vLLM's streamed output for these deltas, as the server feeds them (ids per delta)."""
-    tok = tokenizer()
-    parser, request = _vllm_parser(tool, reasoning), _request()
+    tok = tok or tokenizer()
+    tools = tools or TOOLS
+    parser, request = _vllm_parser(tool, reasoning, tok, tools), _request(tools)
     prompt_ids = tok.encode("<|im_start|>assistant\n")
     out = Assembled()
     for i, delta in enumerate(deltas):
@@ -125,14 +142,14 @@ def our_stream(parser: ReasoningParser | ToolParser, deltas: Sequence[str]) -> A
     return out
 
 
-def token_deltas(text: str) -> list[str]:
+def token_deltas(text: str, tok: Any = None) -> list[str]:
     """The deltas a token-by-token stream sends: a token that ends mid-character is held back
     until the character is complete, as vLLM's incremental detokenizer does."""
-    tok = tokenizer()
+    tok = tok or tokenizer()
     ids = tok.encode(text)
     deltas, sent = [], ""
     for n in range(1, len(ids) + 1):
-        decoded = tok.decode(ids[:n])
+        decoded = tok.decode(ids[:n], skip_special_tokens=False)
         if not decoded.endswith("\ufffd"):
             deltas.append(decoded[len(sent) :])
             sent = decoded
