@@ -15,9 +15,7 @@ def test_known_names_give_fresh_instances() -> None:
 
 
 def test_unknown_name_lists_known_ones() -> None:
-    with pytest.raises(
-        UnknownParserError, match="unknown reasoning parser 'r2'.*deepseek_r1, qwen3"
-    ):
+    with pytest.raises(UnknownParserError, match="unknown reasoning parser 'r2'; known: .*qwen3"):
         reasoning_parser("r2")
-    with pytest.raises(UnknownParserError, match="unknown tool call parser 'x'; known: hermes"):
+    with pytest.raises(UnknownParserError, match="unknown tool call parser 'x'; known: .*hermes"):
         tool_parser("x")
