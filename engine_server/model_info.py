@@ -141,8 +141,28 @@ def server_info(vllm_config: Any, state: dict[str, Any]) -> pb.GetServerInfoResp
         max_num_seqs=int(vllm_config.scheduler_config.max_num_seqs or 0),
         mm_item_limits=item_limits(model_config),
         multimodal_encoder_dtype=encoder_dtype(model_config),
-        constrained_decoding_start="first_token",
+        engine_reasoning_parser=engine_reasoning_parser(vllm_config),
+        constrained_decoding_start=constrained_decoding_start(vllm_config),
     )
+
+
+def engine_reasoning_parser(vllm_config: Any) -> str:
+    """The engine's ``--reasoning-parser`` (its structured-outputs config's), "" for none."""
+    structured = getattr(vllm_config, "structured_outputs_config", None)
+    return str(getattr(structured, "reasoning_parser", "") or "")
+
+
+def constrained_decoding_start(vllm_config: Any) -> str:
+    """Where the engine starts a request's grammar on a prompt that leaves the model thinking:
+    vLLM's structured-output manager waits for the reasoning parser to see the thought end
+    unless ``enable_in_reasoning`` is set (a request's ``grammar_from_first_token`` overrides
+    it: ``reasoning_ended``)."""
+    structured = getattr(vllm_config, "structured_outputs_config", None)
+    if engine_reasoning_parser(vllm_config) and not getattr(
+        structured, "enable_in_reasoning", False
+    ):
+        return "after_reasoning"
+    return "first_token"
 
 
 def latest_scheduler_stats(engine: Any) -> Any | None:

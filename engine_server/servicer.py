@@ -76,8 +76,12 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             want = (params.logprobs, params.prompt_logprobs)
             seen: set[int] = set()
             rank = request.data_parallel_rank if request.HasField("data_parallel_rank") else None
+            # The router asks for the grammar from the first token (vLLM's server passes
+            # reasoning_ended=True when reasoning is hidden or the prompt closed it); otherwise
+            # the engine checks the prompt with its own reasoning parser.
+            ended = True if request.sampling_params.grammar_from_first_token else None
             async for output in self.engine.generate(
-                prompt, params, request_id, data_parallel_rank=rank
+                prompt, params, request_id, data_parallel_rank=rank, reasoning_ended=ended
             ):
                 self.in_flight[request_id] = True
                 if request.stream:

@@ -84,12 +84,24 @@ def from_grpc(error: grpc.aio.AioRpcError) -> GatewayError:
     return GatewayError(f"{prefix}{error.details() or error.code().name}", int(status))
 
 
+class FieldError(ValueError):
+    """A request field refused by a validator, worded as vLLM words it: the message then
+    ``(parameter=NAME)``, as its VLLMValidationError prints."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(f"{message} (parameter={param})" if param else message)
+        self.param = param
+
+
 def parse_body(model: type[ModelT], body: object) -> ModelT:
     """Validate a request body; the first problem becomes a 400 naming its field."""
     try:
         return model.model_validate(body)
     except ValidationError as error:
         first = error.errors()[0]
+        cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            raise GatewayError(str(cause), 400, cause.param) from None
         param = ".".join(str(p) for p in first.get("loc", ())) or None
         raise GatewayError(first["msg"], 400, param) from None
 

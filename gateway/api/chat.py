@@ -9,9 +9,17 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from gateway.api.chat_parsing import (
+    ChatParsing,
+    ChoiceParser,
+    ParsingConfig,
+    grammar_from_first_token,
+    plan_parsing,
+)
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.api.sampling import max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
+from gateway.parsers import DeltaMessage, DeltaToolCall, ToolCall
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.server.metrics import GatewayMetrics
@@ -34,6 +42,7 @@ class ChatService:
         pool: WorkerPool,
         metrics: GatewayMetrics,
         token_texts: TokenTexts,
+        parsing: ParsingConfig | None = None,
     ) -> None:
         self.model_name = model_name
         self.tokenizer = files.tokenizer
@@ -42,11 +51,25 @@ class ChatService:
         self.pool = pool
         self.metrics = metrics
         self.token_texts = token_texts
+        self.parsing = parsing or ParsingConfig()
+        self.special_tokens = frozenset(
+            t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special
+        )
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        """Each token's vocabulary string (added tokens, such as parser markers, as written)."""
+        to_token = self.tokenizer.id_to_token
+        return [to_token(i) or "" for i in ids]
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(ChatCompletionRequest, body)
         check_model(request.model, self.model_name)
+        if request.tool_choice == "none" and self.parsing.exclude_tools_when_tool_choice_none:
+            request.tools = None
         rendered = self.prompts.render(request)
+        parsing = plan_parsing(
+            self.parsing, request, lambda: self.token_strings(rendered.token_ids)
+        )
         by_worker = self.prompts.by_worker(rendered)
         worker = self.pool.pick(rendered.token_ids, media_refs=by_worker)
         facts = worker.facts
@@ -58,19 +81,92 @@ class ChatService:
             _check_items(prompt, facts)
         prompt.ids = _truncated(request.truncate_prompt_tokens, prompt, facts.max_context_length)
         max_tokens = _max_tokens(request, prompt, facts)
+        params = to_proto(request, max_tokens, facts.sampling_defaults)
+        if params.WhichOneof("constraint") and grammar_from_first_token(parsing, request):
+            params.grammar_from_first_token = True
         generate = pb.GenerateRequest(
             request_id=f"chatcmpl-{engine_request_id(request.request_id)}",
             tokenized=pb.TokenizedInput(input_ids=prompt.ids, original_text=prompt.text),
-            sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
+            sampling_params=params,
             # a non-streamed reply needs only the final message (one Complete per choice)
             stream=request.stream,
             media_refs=prompt.media_refs,
         )
         # The pixels go out as fields appended to the serialized request, never copied into it.
-        run = _Run(self, request, worker, generate, prompt, by_worker)
+        run = _Run(self, request, worker, generate, prompt, by_worker, parsing)
         if request.stream:
             return sse.event_stream(run.sse())
         return JSONResponse(await run.complete())
+
+
+# The fields vLLM's ChatMessage always writes, null here.
+_VLLM_NULLS = {
+    "refusal": None,
+    "annotations": None,
+    "audio": None,
+    "function_call": None,
+    "reasoning": None,
+}
+
+
+def _tool_call_json(call: ToolCall) -> dict:
+    return {
+        "id": call.id,
+        "type": call.type,
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def _merged(messages: list[DeltaMessage | None]) -> DeltaMessage | None:
+    """Several parsed deltas as one: texts joined, tool call pieces of one call joined."""
+    out: DeltaMessage | None = None
+    for message in messages:
+        if message is None:
+            continue
+        if out is None:
+            out = DeltaMessage()
+        if message.content is not None:
+            out.content = (out.content or "") + message.content
+        if message.reasoning is not None:
+            out.reasoning = (out.reasoning or "") + message.reasoning
+        for call in message.tool_calls:
+            last = out.tool_calls[-1] if out.tool_calls else None
+            if last is None or last.index != call.index or call.id is not None:
+                out.tool_calls.append(DeltaToolCall(**vars(call)))
+            elif call.arguments is not None:
+                last.arguments = (last.arguments or "") + call.arguments
+    return out
+
+
+def _delta_json(message: DeltaMessage | None) -> dict:
+    """A parsed delta as vLLM writes it: only the fields that are set."""
+    if message is None:
+        return {}
+    out: dict[str, Any] = {}
+    if message.content is not None:
+        out["content"] = message.content
+    if message.reasoning is not None:
+        out["reasoning"] = message.reasoning
+    if message.tool_calls:
+        out["tool_calls"] = [_tool_call_delta_json(c) for c in message.tool_calls]
+    return out
+
+
+def _tool_call_delta_json(call: Any) -> dict:
+    out: dict[str, Any] = {}
+    if call.id is not None:
+        out["id"] = call.id
+    if call.type is not None:
+        out["type"] = call.type
+    out["index"] = call.index
+    function = {}
+    if call.name is not None:
+        function["name"] = call.name
+    if call.arguments is not None:
+        function["arguments"] = call.arguments
+    if function or call.name is not None:
+        out["function"] = function
+    return out
 
 
 def _check_items(prompt: Prompt, facts: WorkerFacts) -> None:
@@ -117,8 +213,9 @@ class _Run:
         generate: pb.GenerateRequest,
         prompt: Prompt,
         by_worker: bool,
+        parsing: ChatParsing | None,
     ) -> None:
-        self.service, self.request = service, request
+        self.service, self.request, self.parsing = service, request, parsing
         self.generation = Generation(
             request,
             worker,
@@ -131,6 +228,10 @@ class _Run:
         )
         self.choices = self.generation.choices
         self.usage = self.generation.usage
+        # One parser per choice: a parser holds its sequence's streaming state.
+        self.parsers: list[ChoiceParser | None] = [
+            parsing.choice() if parsing is not None else None for _ in self.choices
+        ]
         self.id = generate.request_id
         self.created = int(time.time())
 
@@ -150,21 +251,54 @@ class _Run:
             "created": self.created,
             "model": self.service.model_name,
             "choices": [self._final_choice(c) for c in self.choices],
-            "usage": self.usage.as_dict(),
+            "usage": self._usage(self.usage.as_dict()),
         }
 
     def _final_choice(self, choice: Choice) -> dict:
+        text = choice.text.release(finished=True)
+        parser = self.parsers[choice.index]
+        message: dict[str, Any] = {"role": "assistant", "content": text, **_VLLM_NULLS}
+        finish_reason = choice.finish_reason
+        if parser is not None and self.parsing is not None:
+            parsed = parser.whole(text)
+            content = self.parsing.message_content(parsed.content)
+            message.update(content=content, reasoning=parsed.reasoning)
+            if parsed.tool_calls:
+                message["tool_calls"] = [_tool_call_json(c) for c in parsed.tool_calls]
+            finish_reason = self.parsing.finish_reason(
+                parser.called, choice.finish_reason or "stop", streamed=False
+            )
         return {
             "index": choice.index,
-            "message": {"role": "assistant", "content": choice.text.release(finished=True)},
-            "logprobs": (
-                chat_logprobs(self.service.token_texts, choice.logprobs, self._top)
-                if self.request.logprobs
-                else None
-            ),
-            "finish_reason": choice.finish_reason,
+            "message": message,
+            "logprobs": self._final_logprobs(choice),
+            "finish_reason": finish_reason,
             "stop_reason": choice.stop_reason,
         }
+
+    def _final_logprobs(self, choice: Choice) -> dict | None:
+        # vLLM hides logprobs (token texts) along with the reasoning they would reveal.
+        if not self.request.logprobs or self._hides_reasoning:
+            return None
+        return chat_logprobs(self.service.token_texts, choice.logprobs, self._top)
+
+    @property
+    def _hides_reasoning(self) -> bool:
+        return self.parsing is not None and not self.request.include_reasoning
+
+    def _usage(self, usage: dict) -> dict:
+        if self.parsing is not None and self.parsing.has_reasoning:
+            tokens = sum(self._reasoning_tokens(c) for c in self.choices)
+            usage["completion_tokens_details"] = {"reasoning_tokens": tokens}
+        return usage
+
+    def _reasoning_tokens(self, choice: Choice) -> int:
+        parser = self.parsers[choice.index]
+        if parser is None:
+            return 0
+        decode = self.service.tokenizer.decode
+        texts = [decode([i], skip_special_tokens=False) for i in choice.text.token_ids]
+        return parser.reasoning_tokens(texts, self.service.special_tokens)
 
     async def sse(self) -> AsyncIterator[str]:
         options = self.request.stream_options
@@ -186,22 +320,40 @@ class _Run:
             if text := "".join(e for e in events if e):
                 yield text
         if usage_at_end:
-            yield self._event([], self.usage.as_dict())
+            yield self._event([], self._usage(self.usage.as_dict()))
 
     def _delta_event(self, choice: Choice, finished: bool, continuous: bool) -> str:
-        delta = choice.text.release(finished=finished)
+        delta, finish_reason = self._delta(choice, finished)
         logprobs = self._stream_logprobs(choice)
+        if self._hides_reasoning:
+            logprobs = []
         if not delta and not finished and not logprobs:
             return ""
         entry = {
             "index": choice.index,
-            "delta": {"content": delta} if delta else {},
+            "delta": delta,
             "logprobs": {"content": logprobs} if logprobs else None,
-            "finish_reason": choice.finish_reason if finished else None,
+            "finish_reason": finish_reason if finished else None,
         }
         if finished:
             entry["stop_reason"] = choice.stop_reason
         return self._event([entry], self._running_usage() if continuous else None)
+
+    def _delta(self, choice: Choice, finished: bool) -> tuple[dict, str | None]:
+        parser = self.parsers[choice.index]
+        if parser is None or self.parsing is None:
+            text = choice.text.release(finished=finished)
+            return ({"content": text} if text else {}), choice.finish_reason
+        # The parser sees the text token by token, as vLLM's does (it tells markers apart
+        # by the delta they arrive in), and once more at the end to flush held text.
+        pieces = choice.text.release_pieces(finished=finished)
+        messages = [parser.delta(piece, False) for piece in pieces]
+        if finished:
+            messages.append(parser.delta("", True))
+        reason = self.parsing.finish_reason(
+            parser.called, choice.finish_reason or "stop", streamed=True
+        )
+        return _delta_json(_merged(messages)), reason
 
     @property
     def _top(self) -> int:

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.errors import FieldError
+
 UNSUPPORTED = (
     "use_beam_search",
     "bad_words",
@@ -131,12 +133,83 @@ class ChatPromptFields(BaseModel):
     mm_processor_kwargs: dict[str, Any] | None = None
 
 
+_NAMED_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def _check_tool_choice(data: dict[str, Any]) -> None:
+    """vLLM's check_tool_usage: the same defaults and the same messages."""
+    if data.get("tools") == []:
+        raise FieldError(
+            "`tools` must not be an empty array. Either provide at least one tool or omit the "
+            "field entirely.",
+            "tools",
+        )
+    if "tool_choice" not in data:
+        data["tool_choice"] = "auto" if data.get("tools") else "none"
+    choice = data["tool_choice"]
+    if choice is None or choice == "none":
+        return
+    if data.get("tools") is None:
+        raise FieldError("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if choice in ("auto", "required"):
+        return
+    if not isinstance(choice, dict):
+        raise FieldError(
+            f'Invalid value for `tool_choice`: {choice}! Only named tools, "none", "auto" or '
+            '"required" are supported.',
+            "tool_choice",
+        )
+    _check_named_choice(data, choice)
+
+
+def _check_named_choice(data: dict[str, Any], choice: dict[str, Any]) -> None:
+    function = choice.get("function")
+    if not isinstance(function, dict):
+        raise FieldError(
+            f"Invalid value for `function`: `{function}` in `tool_choice`! {_NAMED_USAGE}",
+            "tool_choice.function",
+        )
+    if "name" not in function:
+        raise FieldError(
+            f"Expected field `name` in `function` in `tool_choice`! {_NAMED_USAGE}",
+            "tool_choice.function.name",
+        )
+    name = function["name"]
+    if not isinstance(name, str) or not name:
+        raise FieldError(
+            f"Invalid `name` in `function`: `{name}` in `tool_choice`! {_NAMED_USAGE}",
+            "tool_choice.function.name",
+        )
+    names = [(t.get("function") or {}).get("name") for t in data["tools"] if isinstance(t, dict)]
+    if name not in names:
+        raise FieldError(
+            "The tool specified in `tool_choice` does not match any of the specified `tools`",
+            "tool_choice",
+        )
+    so = data.get("structured_outputs")
+    if isinstance(so, dict) and any(so.get(k) is not None for k in ("json", "regex", "choice")):
+        raise FieldError(
+            "You can only either use constraints for structured outputs or tools, not both."
+        )
+
+
 class ChatCompletionRequest(ChatPromptFields, SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    tool_choice: str | dict[str, Any] | None = None
+    # vLLM's default: "auto" when tools are given, else "none" (set by the validator).
+    tool_choice: str | dict[str, Any] | None = "none"
+    parallel_tool_calls: bool | None = True
+    include_reasoning: bool = True
     echo: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_usage(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            _check_tool_choice(data)
+        return data
 
     def output_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None

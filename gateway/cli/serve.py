@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-methods", nargs="*", default=["*"], help="CORS methods")
     p.add_argument("--allowed-headers", nargs="*", default=["*"], help="CORS request headers")
     p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    _parser_arguments(p)
     _pool_arguments(p)
     p.add_argument(
         "--log-format",
@@ -91,6 +92,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="text (key=value fields) or one JSON object per line; both carry request ids",
     )
     return p
+
+
+def _parser_arguments(p: argparse.ArgumentParser) -> None:
+    from gateway.parsers import REASONING_PARSERS, TOOL_PARSERS
+
+    g = p.add_argument_group(
+        "tool calls and reasoning",
+        "Output parsing as vLLM's server does it (same flags, same output). Start the engine "
+        "workers with the same --reasoning-parser: vLLM's engine holds a request's "
+        "structured output back until the reasoning ends.",
+    )
+    g.add_argument(
+        "--reasoning-parser",
+        metavar="NAME",
+        help="split the model's thinking into `reasoning`: " + ", ".join(sorted(REASONING_PARSERS)),
+    )
+    g.add_argument(
+        "--tool-call-parser",
+        metavar="NAME",
+        help="read tool calls out of the output: " + ", ".join(sorted(TOOL_PARSERS)),
+    )
+    g.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help='parse tool calls (needs --tool-call-parser); without it tool_choice "auto" and '
+        "forced calls are refused, as in vLLM",
+    )
+    g.add_argument(
+        "--exclude-tools-when-tool-choice-none",
+        action="store_true",
+        help='leave `tools` out of the prompt when tool_choice is "none"',
+    )
 
 
 def _pool_arguments(p: argparse.ArgumentParser) -> None:
@@ -168,6 +201,7 @@ def _pool_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str]) -> int:
     import uvicorn
 
+    from gateway.api.chat_parsing import ParsingConfig
     from gateway.errors import MmgateError
     from gateway.render.templates import read_chat_template_arg
     from gateway.render.worker_media import mm_processing_mode
@@ -186,6 +220,16 @@ def main(argv: list[str]) -> int:
             parse_address(url)
         except MmgateError as error:
             parser.error(error.message)
+    parsing = ParsingConfig(
+        reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
+    )
+    try:
+        parsing.check()
+    except ValueError as error:
+        parser.error(str(error))
     env_key = os.environ.get("VLLM_API_KEY")
     policy = MediaPolicy(
         allowed_domains=tuple(args.allowed_media_domains) if args.allowed_media_domains else None,
@@ -221,6 +265,7 @@ def main(argv: list[str]) -> int:
             stream_client=args.stream_client,
         ),
         admission=AdmissionConfig(args.max_in_flight, args.max_queue, args.queue_timeout),
+        parsing=parsing,
     )
     configure_logging(args.log_format)
     uvicorn.run(

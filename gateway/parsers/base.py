@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 TOOL_CALL_ID_PREFIX = "chatcmpl-tool-"
 
@@ -88,6 +90,18 @@ class ReasoningParser(ABC):
     """
 
     name: str
+    # The markers as the tokenizer's added tokens spell them (None: the parser has none).
+    start_marker: str | None = None
+    end_marker: str | None = None
+    # Whether vLLM turns skip_special_tokens off for every request (its adjust_request), so
+    # that markers the tokenizer marks special still reach the parser.
+    keeps_special_tokens: bool = False
+
+    @classmethod
+    def for_request(cls, chat_template_kwargs: Mapping[str, Any]) -> ReasoningParser:
+        """A parser for one sequence of a request rendered with these template kwargs (some
+        parsers follow ``enable_thinking``); the default ignores them."""
+        return cls()
 
     @abstractmethod
     def extract(self, text: str) -> ReasoningResult:
@@ -106,6 +120,32 @@ class ReasoningParser(ABC):
     def reasoning_ended(self) -> bool:
         """Whether the stream has left the reasoning section (later deltas are content)."""
 
+    def prompt_ends_reasoning(self, prompt_tokens: Sequence[str]) -> bool:
+        """vLLM's ``is_reasoning_end`` on the prompt (``prompt_tokens``: its tokens' strings,
+        added tokens spelt as themselves): the last marker is the end marker. True means
+        generation starts in content, and a grammar applies from the first token."""
+        for token in reversed(prompt_tokens):
+            if token == self.start_marker:
+                return False
+            if token == self.end_marker:
+                return True
+        return False
+
+    def count_reasoning_tokens(self, token_texts: Sequence[str], specials: Collection[str]) -> int:
+        """``usage.completion_tokens_details.reasoning_tokens``: ``token_texts`` are the
+        generated tokens decoded one by one (markers as themselves), ``specials`` the
+        tokenizer's special tokens. vLLM's BaseThinkingReasoningParser: tokens inside
+        start/end markers, by depth."""
+        count = depth = 0
+        for token in token_texts:
+            if token == self.start_marker:
+                depth += 1
+            elif token == self.end_marker:
+                depth = max(depth - 1, 0)
+            elif depth:
+                count += 1
+        return count
+
 
 class ToolParser(ABC):
     """Extracts tool calls from model output (after reasoning was split off).
@@ -114,6 +154,20 @@ class ToolParser(ABC):
     """
 
     name: str
+    # Whether vLLM turns skip_special_tokens off when tools are offered (tool_choice not
+    # "none"), so that call markers the tokenizer marks special reach the parser.
+    keeps_special_tokens: bool = False
+    # Whether vLLM forces required / named calls with this model's own call format (a
+    # structural tag, see ``structural_tag``) rather than its generic JSON list.
+    native_required_and_named: bool = False
+
+    def structural_tag(
+        self, tools: list[dict[str, Any]], tool_choice: str | dict[str, Any], single_call: bool
+    ) -> dict[str, Any] | None:
+        """The structural tag vLLM sends the engine for these ``tools`` (already narrowed and
+        with ``strict`` resolved: see ``gateway.parsers.tool_constraints``); None when this
+        model has none."""
+        return None
 
     @abstractmethod
     def extract(self, text: str) -> ToolCallResult:

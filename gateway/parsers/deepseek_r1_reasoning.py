@@ -28,6 +28,8 @@ def _reasoning_then_content(reasoning: str, content: str) -> DeltaMessage:
 
 class DeepSeekR1ReasoningParser(ReasoningParser):
     name = "deepseek_r1"
+    start_marker = THINK_START
+    end_marker = THINK_END
 
     def __init__(self) -> None:
         self._ended = False

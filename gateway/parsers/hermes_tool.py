@@ -32,6 +32,7 @@ from gateway.parsers.base import (
     make_tool_call_id,
     partial_tag_overlap,
 )
+from gateway.parsers.tool_constraints import arguments_schema, json_schema_format, tool_function
 
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
@@ -88,8 +89,38 @@ def _streamed_args(body: str, complete: bool) -> str | None:
     return raw
 
 
+def _call_tags(tool: dict[str, Any]) -> list[dict[str, Any]]:
+    """A call to ``tool`` as xgrammar's builtin "hermes" template spells it: with and without
+    the newlines around the JSON."""
+    head = f'{{"name": "{tool_function(tool)["name"]}", "arguments": '
+    content = json_schema_format(arguments_schema(tool))
+    return [
+        {"type": "tag", "begin": f"{TOOL_CALL_START}\n{head}", "content": content,
+         "end": f"}}\n{TOOL_CALL_END}"},
+        {"type": "tag", "begin": f"{TOOL_CALL_START}{head}", "content": content,
+         "end": f"}}{TOOL_CALL_END}"},
+    ]  # fmt: skip
+
+
+def hermes_structural_tag(
+    tools: list[dict[str, Any]], tool_choice: str | dict[str, Any], single_call: bool
+) -> dict[str, Any]:
+    tags = [tag for tool in tools for tag in _call_tags(tool)]
+    if tool_choice == "auto":
+        fmt = {"type": "triggered_tags", "triggers": [TOOL_CALL_START], "tags": tags,
+               "at_least_one": False, "stop_after_first": single_call, "excludes": []}  # fmt: skip
+    else:
+        # A named tool is called once; "required" as many times as parallel_tool_calls allows.
+        once = single_call or tool_choice != "required"
+        fmt = {"type": "tags_with_separator", "tags": tags, "separator": "",
+               "at_least_one": True, "stop_after_first": once}  # fmt: skip
+    return {"type": "structural_tag", "format": fmt}
+
+
 class HermesToolParser(ToolParser):
     name = "hermes"
+    keeps_special_tokens = True
+    native_required_and_named = True
 
     def __init__(self) -> None:
         self._text = ""
@@ -97,6 +128,11 @@ class HermesToolParser(ToolParser):
         self._names: list[str] = []
         self._sent_args: list[str] = []
         self._last_had_calls = False
+
+    def structural_tag(
+        self, tools: list[dict[str, Any]], tool_choice: str | dict[str, Any], single_call: bool
+    ) -> dict[str, Any] | None:
+        return hermes_structural_tag(tools, tool_choice, single_call)
 
     def extract(self, text: str) -> ToolCallResult:
         if TOOL_CALL_START not in text:

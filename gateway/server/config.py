@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.api.chat_parsing import ParsingConfig
 from gateway.render.worker_media import MmProcessing
 from gateway.workers.pool import PoolOptions
 from multimodal.media import MediaPolicy
@@ -43,3 +44,4 @@ class GatewayConfig:
     worker_dns: list[str] = field(default_factory=list)
     pool: PoolOptions = field(default_factory=PoolOptions)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    parsing: ParsingConfig = field(default_factory=ParsingConfig)

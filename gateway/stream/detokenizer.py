@@ -13,7 +13,7 @@ never leak across chunks.
 from __future__ import annotations
 
 import sys
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -70,6 +70,8 @@ class IncrementalText:
         self._added = added_tokens
         self._last_special = False
         self.token_ids: list[int] = []
+        # The text's length after each token: where one token's text ends and the next begins.
+        self._ends: list[int] = []
         self.text = ""
         self._released = 0
 
@@ -86,6 +88,7 @@ class IncrementalText:
         for token in ids:
             self.token_ids.append(token)
             self.text += self._decode_next(token)
+            self._ends.append(len(self.text))
             offsets.append(len(self.text))
         if skipped is not None:
             self.token_ids.append(skipped)
@@ -119,6 +122,23 @@ class IncrementalText:
             return ""
         delta, self._released = self.text[self._released : end], end
         return delta
+
+    def release_pieces(self, finished: bool) -> list[str]:
+        """``release``, cut where one token's text ends: the deltas vLLM's server streams one
+        token at a time (its output parsers see them one by one)."""
+        start = self._released
+        delta = self.release(finished)
+        if not delta:
+            return []
+        end = start + len(delta)
+        cuts = [start]
+        for cut in self._ends[bisect_right(self._ends, start) :]:
+            if cut >= end:
+                break
+            if cut > cuts[-1]:
+                cuts.append(cut)
+        cuts.append(end)
+        return [self.text[a:b] for a, b in zip(cuts, cuts[1:])]
 
     def _stop_prefix_length(self) -> int:
         if not self._options.stop or self._options.include_stop_str_in_output:

@@ -1,0 +1,312 @@
+"""Reasoning and tool calls in a chat request's output, as vLLM 0.32's server splits them.
+
+``ParsingConfig`` is what the server was started with (vLLM's ``--reasoning-parser``,
+``--tool-call-parser``, ``--enable-auto-tool-choice``). ``plan_parsing`` checks a request
+against it (vLLM's errors), adjusts the request as vLLM's ``adjust_request`` does
+(``skip_special_tokens`` off, the tool-call grammar in ``structured_outputs``), and returns a
+``ChatParsing`` that makes one ``ChoiceParser`` per choice: vLLM's ``DelegatingParser``
+(reasoning first, then tool calls on what follows it) for whole outputs and streamed deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.api.protocol import ChatCompletionRequest, StructuredOutputs
+from gateway.errors import GatewayError
+from gateway.parsers import (
+    REASONING_PARSERS,
+    TOOL_PARSERS,
+    DeltaMessage,
+    DeltaToolCall,
+    ReasoningParser,
+    ToolCall,
+    ToolParser,
+    UnknownParserError,
+    reasoning_parser,
+    tool_parser,
+)
+from gateway.parsers.tool_constraints import named_tool, tool_structured_outputs
+
+
+@dataclass(frozen=True)
+class ParsingConfig:
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    exclude_tools_when_tool_choice_none: bool = False
+
+    def check(self) -> None:
+        """Refuse at start what vLLM refuses: unknown names, auto tool choice without a parser."""
+        if self.reasoning_parser and self.reasoning_parser not in REASONING_PARSERS:
+            reasoning_parser(self.reasoning_parser)  # raises, listing the known names
+        if self.tool_call_parser and self.tool_call_parser not in TOOL_PARSERS:
+            tool_parser(self.tool_call_parser)
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise UnknownParserError("--enable-auto-tool-choice requires --tool-call-parser")
+
+    @property
+    def tools_active(self) -> bool:
+        # vLLM builds no tool parser at all without --enable-auto-tool-choice.
+        return bool(self.enable_auto_tool_choice and self.tool_call_parser)
+
+
+@dataclass
+class ParsedMessage:
+    reasoning: str | None
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+def _unavailable(tool_choice: Any) -> str:
+    if tool_choice == "auto":
+        return (
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+        )
+    name = named_tool(tool_choice)
+    described = f'function "{name}"' if name is not None else f'"{tool_choice}"'
+    return f"tool_choice={described} requires --tool-call-parser to be set"
+
+
+def _structured_outputs_dict(request: ChatCompletionRequest) -> dict[str, Any] | None:
+    """The request's own constraint with vLLM's field names (response_format folded in)."""
+    fmt = request.response_format
+    if fmt is not None and fmt.type == "json_object":
+        return {"json_object": True}
+    if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
+        return {"json": fmt.json_schema.json_schema}
+    so = request.structured_outputs
+    if so is None:
+        return None
+    return {
+        ("json" if k == "json_" else k): v
+        for k, v in so.model_dump(exclude_none=True).items()
+        if v is not False
+    }
+
+
+class ChatParsing:
+    """One request's parsing: which parsers, how tool calls are read, what is shown."""
+
+    def __init__(
+        self,
+        config: ParsingConfig,
+        request: ChatCompletionRequest,
+        prompt_tokens: Sequence[str],
+    ) -> None:
+        self.tool_choice = request.tool_choice
+        self.parse_tools = config.tools_active and self.tool_choice not in (None, "none")
+        self.include_reasoning = request.include_reasoning
+        self.single_call = request.parallel_tool_calls is False
+        self.named = named_tool(self.tool_choice) is not None
+        self._template_kwargs: Mapping[str, Any] = request.chat_template_kwargs or {}
+        self._reasoning_name = config.reasoning_parser
+        self._tool_name = config.tool_call_parser if config.tools_active else None
+        probe = self.new_reasoning_parser()
+        self.prompt_ends_reasoning = probe is None or probe.prompt_ends_reasoning(prompt_tokens)
+
+    @property
+    def has_reasoning(self) -> bool:
+        return self._reasoning_name is not None
+
+    def new_reasoning_parser(self) -> ReasoningParser | None:
+        if self._reasoning_name is None:
+            return None
+        cls = type(reasoning_parser(self._reasoning_name))
+        return cls.for_request(self._template_kwargs)
+
+    def new_tool_parser(self) -> ToolParser | None:
+        return tool_parser(self._tool_name) if self._tool_name else None
+
+    def choice(self) -> ChoiceParser:
+        return ChoiceParser(self, self.new_reasoning_parser(), self.new_tool_parser())
+
+    def message_content(self, content: str | None) -> str | None:
+        """A whole reply's content: vLLM writes "" rather than null when a call was forced."""
+        forced = self.named or self.tool_choice == "required"
+        return (content or "") if forced and self.parse_tools else content
+
+    def finish_reason(self, called: bool, engine_reason: str, streamed: bool) -> str:
+        """vLLM's: "tool_calls" once calls were parsed (never for a named tool); a whole
+        reply with ``required`` says it on a normal stop even without a call."""
+        if engine_reason != "stop" or not self.parse_tools or self.named:
+            return engine_reason
+        required = self.tool_choice == "required"
+        if streamed:
+            return "tool_calls" if called else engine_reason
+        return "tool_calls" if required or called else engine_reason
+
+
+class ChoiceParser:
+    """vLLM's DelegatingParser for one sequence: ``whole`` for a final text, ``delta`` per
+    streamed text delta."""
+
+    def __init__(
+        self, plan: ChatParsing, reasoning: ReasoningParser | None, tools: ToolParser | None
+    ) -> None:
+        self.plan, self.reasoning, self.tools = plan, reasoning, tools
+        self._reasoning_ended = plan.prompt_ends_reasoning
+        self.called = False  # whether any tool call piece was parsed
+
+    def whole(self, text: str) -> ParsedMessage:
+        reasoning, content = None, text
+        if self.reasoning is not None:
+            split = self.reasoning.extract(text)
+            reasoning, content = split.reasoning, split.content
+        calls: list[ToolCall] = []
+        if self.tools is not None and self.plan.parse_tools:
+            calls, content = self._whole_calls(content)
+        if self.plan.single_call:
+            calls = calls[:1]
+        self.called = bool(calls)
+        if not self.plan.include_reasoning:
+            reasoning = None
+        return ParsedMessage(reasoning, content, calls)
+
+    def _whole_calls(self, content: str | None) -> tuple[list[ToolCall], str | None]:
+        assert self.tools is not None
+        result = self.tools.extract(content if content is not None else "")
+        if result.tools_called:
+            text = result.content
+            return result.tool_calls, None if text is not None and not text.strip() else text
+        forced = self.plan.named or self.plan.tool_choice == "required"
+        if forced and (content is None or not content.strip()):
+            return [], None
+        return [], content
+
+    def delta(self, text: str, finished: bool) -> DeltaMessage | None:
+        message: DeltaMessage | None = None
+        transitioned = False
+        if self.reasoning is not None and not self._reasoning_ended:
+            message = self.reasoning.feed(text)
+            if self.reasoning.reasoning_ended:
+                self._reasoning_ended = transitioned = True
+                text = (message.content if message else None) or ""
+        if self._in_tool_phase:
+            message = self._tool_delta(text, message)
+        elif message is None and not transitioned and self._reasoning_ended:
+            message = DeltaMessage(content=text) if text else None
+        if finished:
+            message = self._finish(message)
+        return self._shown(message)
+
+    @property
+    def _in_tool_phase(self) -> bool:
+        return self.tools is not None and self._reasoning_ended
+
+    def _tool_delta(self, text: str, before: DeltaMessage | None) -> DeltaMessage | None:
+        assert self.tools is not None
+        if self.plan.parse_tools:
+            message = self.tools.feed(text) if text else None
+        else:
+            message = DeltaMessage(content=text) if text else None
+        if before is not None and before.reasoning:
+            message = message or DeltaMessage()
+            message.reasoning = message.reasoning or before.reasoning
+        return message
+
+    def _finish(self, message: DeltaMessage | None) -> DeltaMessage | None:
+        # Text a parser held back (a possible marker prefix, a call's closing "{}"): the
+        # reasoning parser's only while still in reasoning, as vLLM flushes it.
+        flushing: list[ReasoningParser | ToolParser] = []
+        if self.reasoning is not None and not self._reasoning_ended:
+            flushing.append(self.reasoning)
+        if self.tools is not None and self.plan.parse_tools and self._reasoning_ended:
+            flushing.append(self.tools)
+        for parser in flushing:
+            if (flushed := parser.finish()) is not None:
+                message = _merge(message, flushed)
+        return message
+
+    def reasoning_tokens(self, token_texts: Sequence[str], specials: Collection[str]) -> int:
+        """``completion_tokens_details.reasoning_tokens`` for the generated tokens, each
+        decoded alone (``specials``: the tokenizer's special tokens)."""
+        counter = self.plan.new_reasoning_parser()
+        if counter is None:
+            return 0
+        return counter.count_reasoning_tokens(token_texts, specials)
+
+    def _shown(self, message: DeltaMessage | None) -> DeltaMessage | None:
+        if message is None:
+            return None
+        if message.tool_calls:
+            self.called = True
+            if self.plan.single_call:
+                message.tool_calls = [c for c in message.tool_calls if c.index == 0]
+        if not self.plan.include_reasoning:
+            message.reasoning = None
+            if not message.content and not message.tool_calls:
+                return None
+        return message
+
+
+def _merge(message: DeltaMessage | None, more: DeltaMessage) -> DeltaMessage:
+    if message is None:
+        return more
+    if more.content:
+        message.content = (message.content or "") + more.content
+    if more.reasoning:
+        message.reasoning = (message.reasoning or "") + more.reasoning
+    message.tool_calls = [*message.tool_calls, *more.tool_calls]
+    return message
+
+
+def plan_parsing(
+    config: ParsingConfig,
+    request: ChatCompletionRequest,
+    prompt_tokens: Callable[[], Sequence[str]],
+) -> ChatParsing | None:
+    """Check the request's tool fields against the server's parsers and adjust it as vLLM
+    does; None when nothing is parsed (the output is plain content)."""
+    choice = request.tool_choice
+    if choice not in (None, "none") and not config.tools_active:
+        raise GatewayError(_unavailable(choice), 400, "tool_choice")
+    if not config.reasoning_parser and not config.tools_active:
+        return None
+    parsing = ChatParsing(config, request, prompt_tokens())
+    _adjust_request(parsing, request)
+    return parsing
+
+
+def _adjust_request(parsing: ChatParsing, request: ChatCompletionRequest) -> None:
+    reasoning = parsing.new_reasoning_parser()
+    tools = parsing.new_tool_parser()
+    offered = bool(request.tools) and request.tool_choice not in (None, "none")
+    if (reasoning is not None and reasoning.keeps_special_tokens) or (
+        tools is not None and tools.keeps_special_tokens and offered
+    ):
+        request.skip_special_tokens = False
+    if tools is None or not offered:
+        return
+    constraint = tool_structured_outputs(
+        tools,
+        request.tools or [],
+        request.tool_choice,
+        request.parallel_tool_calls,
+        _structured_outputs_dict(request),
+    )
+    if constraint is not None:
+        request.structured_outputs = StructuredOutputs.model_validate(constraint)
+        request.response_format = None
+
+
+def grammar_from_first_token(parsing: ChatParsing | None, request: ChatCompletionRequest) -> bool:
+    """vLLM's ``reasoning_ended`` for the engine: a grammar applies from the first token when
+    reasoning is hidden or the prompt already closed it; otherwise the engine's own reasoning
+    parser holds it back until the thought ends."""
+    if parsing is None or not parsing.has_reasoning:
+        return False
+    return not request.include_reasoning or parsing.prompt_ends_reasoning
+
+
+__all__ = [
+    "ChatParsing",
+    "ChoiceParser",
+    "DeltaToolCall",
+    "ParsedMessage",
+    "ParsingConfig",
+    "grammar_from_first_token",
+    "plan_parsing",
+]
