@@ -13,6 +13,7 @@ from gateway.api.chat_parsing import (
     ChatParsing,
     ChoiceParser,
     ParsingConfig,
+    TokenizerVocab,
     grammar_from_first_token,
     plan_parsing,
 )
@@ -52,8 +53,10 @@ class ChatService:
         self.metrics = metrics
         self.token_texts = token_texts
         self.parsing = parsing or ParsingConfig()
-        self.special_tokens = frozenset(
-            t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special
+        added = self.tokenizer.get_added_tokens_decoder().values()
+        self.vocab = TokenizerVocab(
+            special_tokens=frozenset(t.content for t in added if t.special),
+            added_tokens=frozenset(t.content for t in added),
         )
 
     def token_strings(self, ids: list[int]) -> list[str]:
@@ -68,7 +71,7 @@ class ChatService:
             request.tools = None
         rendered = self.prompts.render(request)
         parsing = plan_parsing(
-            self.parsing, request, lambda: self.token_strings(rendered.token_ids)
+            self.parsing, request, lambda: self.token_strings(rendered.token_ids), self.vocab
         )
         by_worker = self.prompts.by_worker(rendered)
         worker = self.pool.pick(rendered.token_ids, media_refs=by_worker)
@@ -298,7 +301,7 @@ class _Run:
             return 0
         decode = self.service.tokenizer.decode
         texts = [decode([i], skip_special_tokens=False) for i in choice.text.token_ids]
-        return parser.reasoning_tokens(texts, self.service.special_tokens)
+        return parser.reasoning_tokens(texts, self.service.vocab.special_tokens)
 
     async def sse(self) -> AsyncIterator[str]:
         options = self.request.stream_options

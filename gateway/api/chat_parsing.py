@@ -10,8 +10,8 @@ against it (vLLM's errors), adjusts the request as vLLM's ``adjust_request`` doe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.api.protocol import ChatCompletionRequest, StructuredOutputs
@@ -21,6 +21,7 @@ from gateway.parsers import (
     TOOL_PARSERS,
     DeltaMessage,
     DeltaToolCall,
+    ParserContext,
     ReasoningParser,
     ToolCall,
     ToolParser,
@@ -28,6 +29,7 @@ from gateway.parsers import (
     reasoning_parser,
     tool_parser,
 )
+from gateway.parsers.forced_calls import NamedCallParser, RequiredCallsParser
 from gateway.parsers.tool_constraints import named_tool, tool_structured_outputs
 
 
@@ -51,6 +53,21 @@ class ParsingConfig:
     def tools_active(self) -> bool:
         # vLLM builds no tool parser at all without --enable-auto-tool-choice.
         return bool(self.enable_auto_tool_choice and self.tool_call_parser)
+
+    def for_model(self, model_type: str | None) -> ParsingConfig:
+        """vLLM's defaults for the model: gpt-oss output is harmony, read by openai_gptoss."""
+        if model_type == "gpt_oss" and not self.reasoning_parser:
+            return replace(self, reasoning_parser="openai_gptoss")
+        return self
+
+
+@dataclass(frozen=True)
+class TokenizerVocab:
+    """What parsers need of the tokenizer: its special tokens (vLLM drops them from parsed
+    text) and its added tokens (some parsers pick their format by what the vocabulary has)."""
+
+    special_tokens: frozenset[str] = frozenset()
+    added_tokens: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -95,15 +112,23 @@ class ChatParsing:
         config: ParsingConfig,
         request: ChatCompletionRequest,
         prompt_tokens: Sequence[str],
+        vocab: TokenizerVocab,
     ) -> None:
         self.tool_choice = request.tool_choice
         self.parse_tools = config.tools_active and self.tool_choice not in (None, "none")
         self.include_reasoning = request.include_reasoning
         self.single_call = request.parallel_tool_calls is False
         self.named = named_tool(self.tool_choice) is not None
-        self._template_kwargs: Mapping[str, Any] = request.chat_template_kwargs or {}
         self._reasoning_name = config.reasoning_parser
         self._tool_name = config.tool_call_parser if config.tools_active else None
+        self.context = ParserContext(
+            tools=request.tools,
+            chat_template_kwargs=request.chat_template_kwargs or {},
+            special_tokens=vocab.special_tokens,
+            vocab=vocab.added_tokens,
+            reasoning_parser=self._reasoning_name,
+            tool_parser=self._tool_name,
+        )
         probe = self.new_reasoning_parser()
         self.prompt_ends_reasoning = probe is None or probe.prompt_ends_reasoning(prompt_tokens)
 
@@ -114,11 +139,22 @@ class ChatParsing:
     def new_reasoning_parser(self) -> ReasoningParser | None:
         if self._reasoning_name is None:
             return None
-        cls = type(reasoning_parser(self._reasoning_name))
-        return cls.for_request(self._template_kwargs)
+        return reasoning_parser(self._reasoning_name, self.context)
+
+    def configured_tool_parser(self) -> ToolParser | None:
+        return tool_parser(self._tool_name, self.context) if self._tool_name else None
 
     def new_tool_parser(self) -> ToolParser | None:
-        return tool_parser(self._tool_name) if self._tool_name else None
+        """The configured parser; for a call forced on a parser without a native format of its
+        own, vLLM's generic JSON reader (the engine was held to that JSON)."""
+        parser = self.configured_tool_parser()
+        if parser is None or parser.native_required_and_named or not self.parse_tools:
+            return parser
+        if (name := named_tool(self.tool_choice)) is not None:
+            return NamedCallParser(name)
+        if self.tool_choice == "required":
+            return RequiredCallsParser()
+        return parser
 
     def choice(self) -> ChoiceParser:
         return ChoiceParser(self, self.new_reasoning_parser(), self.new_tool_parser())
@@ -149,6 +185,12 @@ class ChoiceParser:
         self.plan, self.reasoning, self.tools = plan, reasoning, tools
         self._reasoning_ended = plan.prompt_ends_reasoning
         self.called = False  # whether any tool call piece was parsed
+        # vLLM's _engine_based: both parsers run on its parser engine. Its tool parser then
+        # also reads calls under tool_choice "none" (and drops them), and a reply without
+        # calls keeps the tool parser's content (incomplete call markup left out).
+        self.engine_based = (reasoning is None or reasoning.engine_based) and (
+            tools is not None and tools.engine_based
+        )
 
     def whole(self, text: str) -> ParsedMessage:
         reasoning, content = None, text
@@ -158,6 +200,8 @@ class ChoiceParser:
         calls: list[ToolCall] = []
         if self.tools is not None and self.plan.parse_tools:
             calls, content = self._whole_calls(content)
+        elif self.tools is not None and self.engine_based:
+            content = self.tools.extract(content or "").content
         if self.plan.single_call:
             calls = calls[:1]
         self.called = bool(calls)
@@ -174,6 +218,8 @@ class ChoiceParser:
         forced = self.plan.named or self.plan.tool_choice == "required"
         if forced and (content is None or not content.strip()):
             return [], None
+        if self.engine_based:
+            return [], result.content or None
         return [], content
 
     def delta(self, text: str, finished: bool) -> DeltaMessage | None:
@@ -200,6 +246,10 @@ class ChoiceParser:
         assert self.tools is not None
         if self.plan.parse_tools:
             message = self.tools.feed(text) if text else None
+        elif self.engine_based:
+            message = self.tools.feed(text) if text else None
+            if message is not None:
+                message.tool_calls = []
         else:
             message = DeltaMessage(content=text) if text else None
         if before is not None and before.reasoning:
@@ -213,7 +263,8 @@ class ChoiceParser:
         flushing: list[ReasoningParser | ToolParser] = []
         if self.reasoning is not None and not self._reasoning_ended:
             flushing.append(self.reasoning)
-        if self.tools is not None and self.plan.parse_tools and self._reasoning_ended:
+        reads_calls = self.plan.parse_tools or self.engine_based
+        if self.tools is not None and reads_calls and self._reasoning_ended:
             flushing.append(self.tools)
         for parser in flushing:
             if (flushed := parser.finish()) is not None:
@@ -231,6 +282,8 @@ class ChoiceParser:
     def _shown(self, message: DeltaMessage | None) -> DeltaMessage | None:
         if message is None:
             return None
+        if not self.plan.parse_tools:
+            message.tool_calls = []  # read only to keep call markup out of the content
         if message.tool_calls:
             self.called = True
             if self.plan.single_call:
@@ -257,6 +310,7 @@ def plan_parsing(
     config: ParsingConfig,
     request: ChatCompletionRequest,
     prompt_tokens: Callable[[], Sequence[str]],
+    vocab: TokenizerVocab,
 ) -> ChatParsing | None:
     """Check the request's tool fields against the server's parsers and adjust it as vLLM
     does; None when nothing is parsed (the output is plain content)."""
@@ -265,14 +319,14 @@ def plan_parsing(
         raise GatewayError(_unavailable(choice), 400, "tool_choice")
     if not config.reasoning_parser and not config.tools_active:
         return None
-    parsing = ChatParsing(config, request, prompt_tokens())
+    parsing = ChatParsing(config, request, prompt_tokens(), vocab)
     _adjust_request(parsing, request)
     return parsing
 
 
 def _adjust_request(parsing: ChatParsing, request: ChatCompletionRequest) -> None:
     reasoning = parsing.new_reasoning_parser()
-    tools = parsing.new_tool_parser()
+    tools = parsing.configured_tool_parser()
     offered = bool(request.tools) and request.tool_choice not in (None, "none")
     if (reasoning is not None and reasoning.keeps_special_tokens) or (
         tools is not None and tools.keeps_special_tokens and offered
@@ -307,6 +361,7 @@ __all__ = [
     "DeltaToolCall",
     "ParsedMessage",
     "ParsingConfig",
+    "TokenizerVocab",
     "grammar_from_first_token",
     "plan_parsing",
 ]

@@ -7,6 +7,7 @@ instance per generated sequence; ``extract`` splits a whole output, ``feed``/``f
 from gateway.parsers.base import (
     DeltaMessage,
     DeltaToolCall,
+    ParserContext,
     ReasoningParser,
     ReasoningResult,
     ToolCall,
@@ -27,6 +28,7 @@ __all__ = [
     "TOOL_PARSERS",
     "DeltaMessage",
     "DeltaToolCall",
+    "ParserContext",
     "ReasoningParser",
     "ReasoningResult",
     "ToolCall",

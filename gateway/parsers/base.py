@@ -55,6 +55,19 @@ class DeltaMessage:
 
 
 @dataclass(frozen=True)
+class ParserContext:
+    """What vLLM builds a request's parsers from: its tools and template kwargs, the
+    tokenizer's special tokens and added-token vocabulary, and the other parser configured."""
+
+    tools: Sequence[Mapping[str, Any]] | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    special_tokens: Collection[str] = ()
+    vocab: Collection[str] = ()
+    reasoning_parser: str | None = None
+    tool_parser: str | None = None
+
+
+@dataclass(frozen=True)
 class ReasoningResult:
     """A whole output split into reasoning and content (``None`` where vLLM returns null)."""
 
@@ -96,11 +109,14 @@ class ReasoningParser(ABC):
     # Whether vLLM turns skip_special_tokens off for every request (its adjust_request), so
     # that markers the tokenizer marks special still reach the parser.
     keeps_special_tokens: bool = False
+    # Whether vLLM runs it on its parser engine (``engine_based_streaming``): with an engine
+    # tool parser too, calls are read even under tool_choice "none" (and dropped).
+    engine_based: bool = False
 
     @classmethod
-    def for_request(cls, chat_template_kwargs: Mapping[str, Any]) -> ReasoningParser:
-        """A parser for one sequence of a request rendered with these template kwargs (some
-        parsers follow ``enable_thinking``); the default ignores them."""
+    def for_request(cls, context: ParserContext) -> ReasoningParser:
+        """A parser for one sequence of a request (some follow ``enable_thinking`` in the
+        template kwargs); the default ignores the context."""
         return cls()
 
     @abstractmethod
@@ -160,6 +176,13 @@ class ToolParser(ABC):
     # Whether vLLM forces required / named calls with this model's own call format (a
     # structural tag, see ``structural_tag``) rather than its generic JSON list.
     native_required_and_named: bool = False
+    # vLLM's ``engine_based_streaming``: see ReasoningParser.engine_based.
+    engine_based: bool = False
+
+    @classmethod
+    def for_request(cls, context: ParserContext) -> ToolParser:
+        """A parser for one sequence of a request; the default ignores the context."""
+        return cls()
 
     def structural_tag(
         self, tools: list[dict[str, Any]], tool_choice: str | dict[str, Any], single_call: bool

@@ -17,10 +17,9 @@ Behaviour reproduced (``vllm/parser/qwen3.py`` grammar, as served by ``Delegatin
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
 
-from gateway.parsers.base import DeltaMessage, ReasoningParser, ReasoningResult
+from gateway.parsers.base import DeltaMessage, ParserContext, ReasoningParser, ReasoningResult
 
 THINK_START = "<think>"
 THINK_END = "</think>"
@@ -55,14 +54,15 @@ class Qwen3ReasoningParser(ReasoningParser):
     start_marker = THINK_START
     end_marker = THINK_END
     keeps_special_tokens = True  # vLLM's parser-engine adapters always turn skipping off
+    engine_based = True
 
     def __init__(self, thinking: bool = True) -> None:
         self.thinking = thinking
         self._ended = not thinking
 
     @classmethod
-    def for_request(cls, chat_template_kwargs: Mapping[str, Any]) -> Qwen3ReasoningParser:
-        return cls(thinking=bool(chat_template_kwargs.get("enable_thinking", True)))
+    def for_request(cls, context: ParserContext) -> Qwen3ReasoningParser:
+        return cls(thinking=bool(context.chat_template_kwargs.get("enable_thinking", True)))
 
     @property
     def reasoning_ended(self) -> bool:

@@ -146,7 +146,8 @@ def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts,
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)
     app.state.model_name = name
-    app.state.chat = ChatService(name, files, prompts, pool, metrics, token_texts, config.parsing)
+    parsing = config.parsing.for_model(files.config.get("model_type"))
+    app.state.chat = ChatService(name, files, prompts, pool, metrics, token_texts, parsing)
     app.state.completions = CompletionService(name, files, pool, metrics, token_texts)
     app.state.embeddings = EmbeddingService(name, files.tokenizer, pool)
     app.state.tokenize = TokenizeService(name, files, prompts, facts.max_context_length)

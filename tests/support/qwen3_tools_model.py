@@ -16,7 +16,9 @@ from pathlib import Path
 
 from engine_server import tiny_models as tm
 
-MARKERS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+MARKERS = (
+    "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"
+)  # fmt: skip
 
 # Qwen3's released template (Qwen/Qwen3-8B), unchanged in substance.
 CHAT_TEMPLATE = """\
@@ -108,7 +110,7 @@ CHAT_TEMPLATE = """\
     {%- if enable_thinking is defined and enable_thinking is false %}
         {{- '<think>\\n\\n</think>\\n\\n' }}
     {%- endif %}
-{%- endif %}"""
+{%- endif %}"""  # noqa: E501
 
 
 def build_model(out_dir: Path) -> Path:

@@ -136,7 +136,7 @@ def servers(tmp_path_factory):
 
 
 @functools.cache
-def marker_bias() -> dict[str, float]:
+def marker_bias(markers: tuple[str, ...] = MARKERS) -> dict[str, float]:
     """A strong bias towards the marker tokens. A grammar lets the model spell a marker in
     pieces, which a trained model does not do; vLLM's streamed reasoning parser then reads no
     marker (it goes by token id) while its whole-reply one does (by text)."""
@@ -144,12 +144,17 @@ def marker_bias() -> dict[str, float]:
 
     base = _qwen_tokenizer(CHAT_TEMPLATE)
     first = len(base)  # the markers are added after the tiny tokenizer's vocabulary
-    return {str(first + i): 30.0 for i in range(len(MARKERS))}
+    return {str(first + MARKERS.index(m)): 30.0 for m in markers}
 
 
 def _request(case: str, model: str, stream: bool) -> dict[str, Any]:
     fields = {"messages": ASK, "tools": TOOLS, "temperature": 0, **CASES[case]}
-    fields = {**fields, "model": model, "stream": stream, "logit_bias": marker_bias()}
+    # Unforced, only the call markers: a model drawn to </think> repeats it, and where a
+    # stream of those is cut into deltas decides vLLM's parse (its engine sends tokens one by
+    # one, or several when the server falls behind).
+    forced = "structured_outputs" in fields.get("extra_body", {})
+    bias = marker_bias() if forced else marker_bias(("<tool_call>", "</tool_call>"))
+    fields = {**fields, "model": model, "stream": stream, "logit_bias": bias}
     if stream:
         fields["stream_options"] = {"include_usage": True}
     return fields
@@ -225,8 +230,13 @@ def test_whole_reply_equals_vllm(servers, case):
     assert whole(ours, case, model) == whole(vllm, case, REFERENCE_NAME)
 
 
+# Whole replies only: a stream's parse of markers close together depends on how vLLM's
+# server happens to batch tokens into deltas under load (mmgate always parses token by token).
+TIMING_DEPENDENT = {"second_end_marker"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [c for c in CASES if c not in TIMING_DEPENDENT])
 def test_streamed_reply_equals_vllm(servers, case):
     vllm, ours, model = servers
     got, expected = streamed(ours, case, model), streamed(vllm, case, REFERENCE_NAME)

@@ -160,3 +160,79 @@ def token_deltas(text: str, tok: Any = None) -> list[str]:
 def two_delta_splits(text: str) -> list[list[str]]:
     """Every split of ``text`` into two non-empty deltas."""
     return [[text[:i], text[i:]] for i in range(1, len(text))]
+
+
+@functools.cache
+def _vllm_parser_class(tool: str | None, reasoning: str | None) -> Any:
+    from vllm.parser.parser_manager import ParserManager
+
+    # vLLM logs a traceback for every body its parsers fail to read; expected here.
+    for name in ("vllm.tool_parsers", "vllm.parser", "vllm.reasoning"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    return ParserManager.get_parser(
+        tool_parser_name=tool, reasoning_parser_name=reasoning, enable_auto_tools=True
+    )
+
+
+def _vllm_parser_kwargs(
+    tool: str | None, reasoning: str | None, tok: Any, tools: list[dict], kwargs: dict | None
+) -> Any:
+    """``_vllm_parser`` built the way the server builds it per request, with the request's
+    ``chat_template_kwargs`` (parsers such as kimi_k2 or deepseek_v3 read them); the composed
+    class is built once, as the server does."""
+    extra = {} if kwargs is None else {"chat_template_kwargs": dict(kwargs)}
+    return _vllm_parser_class(tool, reasoning)(tok, tools, **extra)
+
+
+def vllm_whole_with_ids(
+    text: str,
+    *,
+    tool: str | None = None,
+    reasoning: str | None = None,
+    tok: Any = None,
+    tools: list[dict] | None = None,
+    chat_template_kwargs: dict | None = None,
+) -> tuple[str | None, str | None, list[tuple[str | None, str, str]]]:
+    """``vllm_whole`` with ``chat_template_kwargs``; calls as (id, name, arguments)."""
+    tools = tools or TOOLS
+    parser = _vllm_parser_kwargs(tool, reasoning, tok or tokenizer(), tools, chat_template_kwargs)
+    got_reasoning, content, calls = parser.parse(text, _request(tools), enable_auto_tools=True)
+    return got_reasoning, content, [(c.id, c.name, c.arguments) for c in calls or []]
+
+
+def vllm_stream_kwargs(
+    deltas: Sequence[str],
+    *,
+    tool: str | None = None,
+    reasoning: str | None = None,
+    tok: Any = None,
+    tools: list[dict] | None = None,
+    chat_template_kwargs: dict | None = None,
+) -> Assembled:
+    """``vllm_stream`` with ``chat_template_kwargs``."""
+    tok = tok or tokenizer()
+    tools = tools or TOOLS
+    parser = _vllm_parser_kwargs(tool, reasoning, tok, tools, chat_template_kwargs)
+    request, prompt_ids = _request(tools), tok.encode("<|im_start|>assistant\n")
+    out = Assembled()
+    for i, delta in enumerate(deltas):
+        msg = parser.parse_delta(
+            delta, tok.encode(delta), request, prompt_ids, finished=i == len(deltas) - 1
+        )
+        if msg is not None:
+            calls = [
+                (c.index, c.id, c.function and c.function.name, c.function and c.function.arguments)
+                for c in msg.tool_calls
+            ]
+            out.add(msg.reasoning, msg.content, calls)
+    return out
+
+
+def vllm_prompt_ends_reasoning(
+    prompt: str, *, reasoning: str, tok: Any, chat_template_kwargs: dict | None = None
+) -> tuple[bool, list[str]]:
+    """vLLM's ``is_reasoning_end`` on a prompt, and the prompt's tokens as strings (what
+    ``ReasoningParser.prompt_ends_reasoning`` reads)."""
+    ids = tok.encode(prompt)
+    parser = _vllm_parser_kwargs(None, reasoning, tok, TOOLS, chat_template_kwargs)
+    return parser.is_reasoning_end(ids), [tok.decode([i]) for i in ids]
