@@ -271,6 +271,7 @@ class _Run:
             finish_reason = self.parsing.finish_reason(
                 parser.called, choice.finish_reason or "stop", streamed=False
             )
+            self._count_tool_calls(parser)
         return {
             "index": choice.index,
             "message": message,
@@ -278,6 +279,16 @@ class _Run:
             "finish_reason": finish_reason,
             "stop_reason": choice.stop_reason,
         }
+
+    def _count_tool_calls(self, parser: ChoiceParser) -> None:
+        name = self.service.parsing.tool_call_parser
+        if name is None:
+            return
+        metrics = self.service.metrics
+        if parser.call_count:
+            metrics.tool_calls.labels(name).inc(parser.call_count)
+        if parser.failed:
+            metrics.tool_parse_failures.labels(name).inc()
 
     def _final_logprobs(self, choice: Choice) -> dict | None:
         # vLLM hides logprobs (token texts) along with the reasoning they would reveal.
@@ -353,6 +364,7 @@ class _Run:
         messages = [parser.delta(piece, False) for piece in pieces]
         if finished:
             messages.append(parser.delta("", True))
+            self._count_tool_calls(parser)
         reason = self.parsing.finish_reason(
             parser.called, choice.finish_reason or "stop", streamed=True
         )

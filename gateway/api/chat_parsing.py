@@ -185,6 +185,8 @@ class ChoiceParser:
         self.plan, self.reasoning, self.tools = plan, reasoning, tools
         self._reasoning_ended = plan.prompt_ends_reasoning
         self.called = False  # whether any tool call piece was parsed
+        self.call_count = 0  # calls sent (whole) or started (streamed)
+        self.failed = False  # whether the whole reply had call markup the parser could not read
         # vLLM's _engine_based: both parsers run on its parser engine. Its tool parser then
         # also reads calls under tool_choice "none" (and drops them), and a reply without
         # calls keeps the tool parser's content (incomplete call markup left out).
@@ -204,7 +206,7 @@ class ChoiceParser:
             content = self.tools.extract(content or "").content
         if self.plan.single_call:
             calls = calls[:1]
-        self.called = bool(calls)
+        self.called, self.call_count = bool(calls), len(calls)
         if not self.plan.include_reasoning:
             reasoning = None
         return ParsedMessage(reasoning, content, calls)
@@ -212,6 +214,7 @@ class ChoiceParser:
     def _whole_calls(self, content: str | None) -> tuple[list[ToolCall], str | None]:
         assert self.tools is not None
         result = self.tools.extract(content if content is not None else "")
+        self.failed = result.failed
         if result.tools_called:
             text = result.content
             return result.tool_calls, None if text is not None and not text.strip() else text
@@ -286,6 +289,7 @@ class ChoiceParser:
             message.tool_calls = []  # read only to keep call markup out of the content
         if message.tool_calls:
             self.called = True
+            self.call_count += sum(c.id is not None for c in message.tool_calls)
             if self.plan.single_call:
                 message.tool_calls = [c for c in message.tool_calls if c.index == 0]
         if not self.plan.include_reasoning:

@@ -87,11 +87,13 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolCallResult:
-    """A whole output split into tool calls and the remaining content."""
+    """A whole output split into tool calls and the remaining content; ``failed``: the parser
+    found call markup it could not read (the text then comes back as content, as in vLLM)."""
 
     tools_called: bool
     tool_calls: list[ToolCall]
     content: str | None
+    failed: bool = False
 
 
 class ReasoningParser(ABC):

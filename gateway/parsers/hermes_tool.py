@@ -140,7 +140,7 @@ class HermesToolParser(ToolParser):
         try:
             calls = [_to_call(a or b) for a, b in _TOOL_CALL_RE.findall(text)]
         except (ValueError, KeyError, TypeError):
-            return ToolCallResult(False, [], text)
+            return ToolCallResult(False, [], text, failed=True)
         content = text[: text.find(TOOL_CALL_START)]
         # vLLM's serving layer nulls whitespace-only content next to calls (the "\n\n" after
         # </think>, say).

@@ -86,6 +86,18 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.tool_calls = Counter(
+            "mmgate_tool_calls_parsed",
+            "tool calls read out of model output (--tool-call-parser)",
+            ["parser"],
+            registry=r,
+        )
+        self.tool_parse_failures = Counter(
+            "mmgate_tool_call_parse_failures",
+            "outputs with tool-call markup the parser could not read (returned as content)",
+            ["parser"],
+            registry=r,
+        )
         self.rejected = Counter(
             "mmgate_rejected_requests",
             "requests refused by admission control (queue_full: 429, timeout: 503)",

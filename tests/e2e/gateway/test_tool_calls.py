@@ -15,10 +15,11 @@ import json
 import re
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
-from tests.support.engines import VllmServerProcess, WorkerProcess
+from tests.support.engines import UpstreamServicerProcess, VllmServerProcess, WorkerProcess
 from tests.support.family_e2e import REFERENCE_NAME
 from tests.support.gateway_process import GatewayProcess
 from tests.support.qwen3_tools_model import CHAT_TEMPLATE, MARKERS, build_model
@@ -117,22 +118,36 @@ ID = re.compile(r"chatcmpl-tool-[0-9a-f]{16}")
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+def stack(tmp_path_factory):
+    """vLLM's server; mmgate in front of our worker and in front of SMG's servicer."""
     model = build_model(tmp_path_factory.mktemp("qwen3-tools") / "model")
     logs = tmp_path_factory.mktemp("tool-calls")
-    vllm = VllmServerProcess(model, logs / "vllm.log", **PARSER_FLAGS, **SERVER_FLAGS, **ENGINE)
-    worker = WorkerProcess(model, logs / "worker.log", **PARSER_FLAGS, **ENGINE)
-    gateway = None
+    server_flags = {**PARSER_FLAGS, **SERVER_FLAGS, **ENGINE}
+    engines = {
+        "vllm": VllmServerProcess(model, logs / "vllm.log", **server_flags),
+        "ours": WorkerProcess(model, logs / "ours.log", **PARSER_FLAGS, **ENGINE),
+        "upstream": UpstreamServicerProcess(model, logs / "upstream.log", **PARSER_FLAGS, **ENGINE),
+    }
+    gateways: dict[str, GatewayProcess] = {}
     try:
-        vllm.wait_ready()
-        worker.wait_ready()
-        gateway = GatewayProcess(model, [worker.address], logs / "gateway.log", *GATEWAY_ARGS)
-        yield vllm.client(), gateway.wait_ready().client(), str(model)
+        for engine in engines.values():
+            engine.wait_ready()
+        for name in ("ours", "upstream"):
+            address = [engines[name].address]
+            gateways[name] = GatewayProcess(model, address, logs / f"gw-{name}.log", *GATEWAY_ARGS)
+        yield {
+            "vllm": engines["vllm"].client(),
+            **{name: gateway.wait_ready() for name, gateway in gateways.items()},
+            "model": str(model),
+        }
     finally:
-        if gateway is not None:
-            gateway.stop()
-        worker.stop()
-        vllm.stop()
+        for process in [*gateways.values(), *engines.values()]:
+            process.stop()
+
+
+@pytest.fixture(scope="module")
+def servers(stack):
+    return stack["vllm"], stack["ours"].client(), stack["model"]
 
 
 @functools.cache
@@ -271,3 +286,33 @@ def test_bad_tool_fields_are_refused_as_vllm_does(servers, fields):
             client.chat.completions.create(**{k: v for k, v in body.items() if v is not None})
         errors.append(raised.value.body["message"])
     assert errors[1] in errors[0], errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["parallel_calls", "reasoning_then_call", "required", "named"])
+def test_smg_servicer_as_the_worker_equals_vllm(stack, case):
+    """The same parsed replies with SMG's own servicer (smg-grpc-servicer) as the engine
+    worker: the forced-call grammar travels over the wire as a structural tag."""
+    upstream, model = stack["upstream"].client(), stack["model"]
+    assert whole(upstream, case, model) == whole(stack["vllm"], case, REFERENCE_NAME)
+
+
+@pytest.mark.slow
+def test_tool_call_metrics(stack):
+    gateway, model = stack["ours"], stack["model"]
+
+    def counted() -> tuple[float, float]:
+        text = httpx.get(f"{gateway.base_url}/metrics", timeout=10).text
+        names = {"parsed": "tool_calls_parsed", "failures": "tool_call_parse_failures"}
+        found = dict.fromkeys(names, 0.0)
+        for line in text.splitlines():
+            for key, name in names.items():
+                if line.startswith(f'mmgate_{name}_total{{parser="hermes"}}'):
+                    found[key] = float(line.rsplit(" ", 1)[1])
+        return found["parsed"], found["failures"]
+
+    before = counted()
+    whole(gateway.client(), "parallel_calls", model)
+    whole(gateway.client(), "cut_off_call", model)  # an unreadable call: returned as content
+    after = counted()
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
