@@ -14,3 +14,21 @@ def test_a_malformed_worker_address_is_a_usage_error(flag, tmp_path, capsys):
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "must look like grpc://HOST:PORT, got 'http://engine:50051'" in error
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--reasoning-parser", "qwen4"], "unknown reasoning parser 'qwen4'; known: deepseek_r1"),
+        (["--tool-call-parser", "hermes2"], "unknown tool call parser 'hermes2'; known: "),
+        (["--enable-auto-tool-choice"], "--enable-auto-tool-choice requires --tool-call-parser"),
+    ],
+)
+def test_parser_flags_are_checked_at_start(flags, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--model", str(tmp_path), "--worker", "grpc://127.0.0.1:1", *flags])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert message in error
+    if "unknown" in message:
+        assert "qwen3" in error  # the known names are listed

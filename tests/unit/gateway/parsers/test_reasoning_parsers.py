@@ -8,6 +8,7 @@ from gateway.parsers import ReasoningResult, reasoning_parser
 from tests.unit.gateway.parsers.vllm_reference import (
     our_stream,
     token_deltas,
+    tokenizer,
     two_delta_splits,
     vllm_stream,
     vllm_whole,
@@ -72,3 +73,32 @@ def test_streaming_after_end_is_raw_content() -> None:
     assert parser.feed("a</think>") is not None
     later = parser.feed("b</think><think>")
     assert later is not None and later.content == "b</think><think>"
+
+
+COUNT_SAMPLES = [
+    "<think>abc def</think>\n\nhello world",
+    "<think>abc def",
+    "hello</think>x",
+    "a<think>b</think>c<tool_call>d",
+    "plain text here",
+    "<tool_call>x",
+    "x<|endoftext|>",
+    "<think>a</think>b</think>c",
+]
+
+
+@pytest.mark.parametrize("name", PARSERS)
+@pytest.mark.parametrize("text", COUNT_SAMPLES)
+@pytest.mark.parametrize("eos", [False, True])
+def test_reasoning_token_count_matches_vllm(name: str, text: str, eos: bool) -> None:
+    from vllm.parser.parser_manager import ParserManager
+
+    tok = tokenizer(special=("<|endoftext|>",))
+    ids = tok.encode(text, add_special_tokens=False)
+    if eos:
+        ids.append(tok.convert_tokens_to_ids("<|im_end|>"))
+    cls = ParserManager.get_parser(reasoning_parser_name=name, tool_parser_name=None)
+    expected = cls(tok, None).count_reasoning_tokens(ids)
+    texts = [tok.decode([i]) for i in ids]
+    specials = set(tok.all_special_tokens)
+    assert reasoning_parser(name).count_reasoning_tokens(texts, specials) == expected
