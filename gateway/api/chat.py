@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from gateway.api.chat_messages import VLLM_NULLS, delta_json, merged, tool_call_json
 from gateway.api.chat_parsing import (
     ChatParsing,
     ChoiceParser,
@@ -20,7 +21,6 @@ from gateway.api.chat_parsing import (
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.api.sampling import max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
-from gateway.parsers import DeltaMessage, DeltaToolCall, ToolCall
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.server.metrics import GatewayMetrics
@@ -100,76 +100,6 @@ class ChatService:
         if request.stream:
             return sse.event_stream(run.sse())
         return JSONResponse(await run.complete())
-
-
-# The fields vLLM's ChatMessage always writes, null here.
-_VLLM_NULLS = {
-    "refusal": None,
-    "annotations": None,
-    "audio": None,
-    "function_call": None,
-    "reasoning": None,
-}
-
-
-def _tool_call_json(call: ToolCall) -> dict:
-    return {
-        "id": call.id,
-        "type": call.type,
-        "function": {"name": call.name, "arguments": call.arguments},
-    }
-
-
-def _merged(messages: list[DeltaMessage | None]) -> DeltaMessage | None:
-    """Several parsed deltas as one: texts joined, tool call pieces of one call joined."""
-    out: DeltaMessage | None = None
-    for message in messages:
-        if message is None:
-            continue
-        if out is None:
-            out = DeltaMessage()
-        if message.content is not None:
-            out.content = (out.content or "") + message.content
-        if message.reasoning is not None:
-            out.reasoning = (out.reasoning or "") + message.reasoning
-        for call in message.tool_calls:
-            last = out.tool_calls[-1] if out.tool_calls else None
-            if last is None or last.index != call.index or call.id is not None:
-                out.tool_calls.append(DeltaToolCall(**vars(call)))
-            elif call.arguments is not None:
-                last.arguments = (last.arguments or "") + call.arguments
-    return out
-
-
-def _delta_json(message: DeltaMessage | None) -> dict:
-    """A parsed delta as vLLM writes it: only the fields that are set."""
-    if message is None:
-        return {}
-    out: dict[str, Any] = {}
-    if message.content is not None:
-        out["content"] = message.content
-    if message.reasoning is not None:
-        out["reasoning"] = message.reasoning
-    if message.tool_calls:
-        out["tool_calls"] = [_tool_call_delta_json(c) for c in message.tool_calls]
-    return out
-
-
-def _tool_call_delta_json(call: Any) -> dict:
-    out: dict[str, Any] = {}
-    if call.id is not None:
-        out["id"] = call.id
-    if call.type is not None:
-        out["type"] = call.type
-    out["index"] = call.index
-    function = {}
-    if call.name is not None:
-        function["name"] = call.name
-    if call.arguments is not None:
-        function["arguments"] = call.arguments
-    if function or call.name is not None:
-        out["function"] = function
-    return out
 
 
 def _check_items(prompt: Prompt, facts: WorkerFacts) -> None:
@@ -260,14 +190,14 @@ class _Run:
     def _final_choice(self, choice: Choice) -> dict:
         text = choice.text.release(finished=True)
         parser = self.parsers[choice.index]
-        message: dict[str, Any] = {"role": "assistant", "content": text, **_VLLM_NULLS}
+        message: dict[str, Any] = {"role": "assistant", "content": text, **VLLM_NULLS}
         finish_reason = choice.finish_reason
         if parser is not None and self.parsing is not None:
             parsed = parser.whole(text)
             content = self.parsing.message_content(parsed.content)
             message.update(content=content, reasoning=parsed.reasoning)
             if parsed.tool_calls:
-                message["tool_calls"] = [_tool_call_json(c) for c in parsed.tool_calls]
+                message["tool_calls"] = [tool_call_json(c) for c in parsed.tool_calls]
             finish_reason = self.parsing.finish_reason(
                 parser.called, choice.finish_reason or "stop", streamed=False
             )
@@ -368,7 +298,7 @@ class _Run:
         reason = self.parsing.finish_reason(
             parser.called, choice.finish_reason or "stop", streamed=True
         )
-        return _delta_json(_merged(messages)), reason
+        return delta_json(merged(messages)), reason
 
     @property
     def _top(self) -> int:
