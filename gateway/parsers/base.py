@@ -180,6 +180,12 @@ class ToolParser(ABC):
     native_required_and_named: bool = False
     # vLLM's ``engine_based_streaming``: see ReasoningParser.engine_based.
     engine_based: bool = False
+    # vLLM's ``default_tool_strict_level`` (gateway.parsers.tool_constraints.STRICT_*): how
+    # much of every request with tools a structural tag constrains; 0 is vLLM's "auto".
+    default_tool_strict_level: int = 0
+    # Whether this gateway reproduces vLLM's forced (required / named) calls for the parser;
+    # where not, such a request is refused rather than answered differently.
+    forced_calls_supported: bool = True
 
     @classmethod
     def for_request(cls, context: ParserContext) -> ToolParser:

@@ -21,11 +21,16 @@ Calls read (``vllm/tool_parsers/deepseekv31_tool_parser.py``)::
   a marker token never straddles deltas, so here a marker counts when one delta holds it).
 - At the end, when the last delta carried call pieces, the last call's arguments are completed
   to the last parsed text (vLLM's ``get_remaining_unstreamed_args``).
+
+Forced and strict calls: vLLM's class names xgrammar's builtin "deepseek_v3_1" structural tag
+(``get_deepseek_v3_1_structural_tag``, asked without its reasoning part), which
+``deepseek_v31_structural_tag`` builds; required and named calls are then read by this parser.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gateway.parsers.base import (
     DeltaMessage,
@@ -34,6 +39,16 @@ from gateway.parsers.base import (
     ToolCallResult,
     ToolParser,
     make_tool_call_id,
+)
+from gateway.parsers.tool_constraints import (
+    ToolChoice,
+    arguments_schema,
+    json_schema_format,
+    structural_tag,
+    tag_format,
+    tags_with_separator_format,
+    tool_function,
+    triggered_tags_format,
 )
 
 TOOL_CALLS_START = "<｜tool▁calls▁begin｜>"
@@ -51,8 +66,41 @@ _PORTION_RE = re.compile(f"(?P<function_name>.*){TOOL_SEP}(?P<function_arguments
 _COUNTED = (TOOL_CALLS_START, TOOL_CALL_START, TOOL_CALL_END)
 
 
+def _call_tag(tool: dict[str, Any], begin: str = "", end: str = "") -> dict[str, Any]:
+    # The name goes in as it is (xgrammar does not escape it).
+    name = tool_function(tool)["name"]
+    content = json_schema_format(arguments_schema(tool))
+    return tag_format(f"{begin}{TOOL_CALL_START}{name}{TOOL_SEP}", content, f"{TOOL_CALL_END}{end}")
+
+
+def deepseek_v31_structural_tag(
+    tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+) -> dict[str, Any]:
+    """xgrammar's "deepseek_v3_1" tag (no reasoning part) for ``tools`` as ``tag_tools`` chose
+    them."""
+    if tool_choice not in ("auto", "required"):
+        # A named tool: that one call inside the section markers, as one tag.
+        return structural_tag(_call_tag(tools[0], TOOL_CALLS_START, TOOL_CALLS_END))
+    calls = tags_with_separator_format(
+        [_call_tag(tool) for tool in tools], at_least_one=True, stop_after_first=single_call
+    )
+    section = tag_format(TOOL_CALLS_START, calls, TOOL_CALLS_END)
+    if tool_choice == "required":
+        return structural_tag(section)
+    # Text, with a tool section wherever its marker appears.
+    return structural_tag(
+        triggered_tags_format(
+            [TOOL_CALLS_START],
+            [section],
+            stop_after_first=single_call,
+            excludes=["<think>", "</think>"],
+        )
+    )
+
+
 class DeepSeekV31ToolParser(ToolParser):
     name = "deepseek_v31"
+    native_required_and_named = True
 
     def __init__(self) -> None:
         self._text = ""
@@ -62,6 +110,11 @@ class DeepSeekV31ToolParser(ToolParser):
         self._calls: list[dict[str, str]] = []  # last parsed name/arguments per call
         self._streamed_args: list[str] = []
         self._last_pieces: list[DeltaToolCall] = []
+
+    def structural_tag(
+        self, tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+    ) -> dict[str, Any] | None:
+        return deepseek_v31_structural_tag(tools, tool_choice, single_call)
 
     def extract(self, text: str) -> ToolCallResult:
         if TOOL_CALLS_START not in text:

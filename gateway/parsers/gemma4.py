@@ -26,6 +26,10 @@ from the text) and, for the tool parser, ``after_reasoning_parser`` (see ``marke
 ``Gemma4ReasoningParser.for_request`` reads ``enable_thinking`` from ``chat_template_kwargs``.
 A parser fed on its own takes the prompt not to end inside an open ``<|channel>`` (after a tool
 response, say); vLLM would then start the output in reasoning even with thinking off.
+
+Forced calls: vLLM's tool parser class reads required and named calls in Gemma's own syntax but
+constrains none (no structural tag: xgrammar's Gemma 4 template is disabled, its ``<|"|>``
+strings not being expressible), so such requests go out without a grammar.
 """
 
 from __future__ import annotations
@@ -318,6 +322,8 @@ class Gemma4Engine(Engine):
 
 class Gemma4ToolParser(EngineToolParser):
     name = "gemma4"
+    # vLLM's supports_required_and_named = False: its own syntax, unconstrained (see above).
+    native_required_and_named = True
 
     def __init__(
         self,

@@ -34,6 +34,13 @@ request's OpenAI tools: argument types and known names), ``special_tokens`` (the
 ``all_special_tokens``, which vLLM removes; default GLM-4.5's) and, for the tool parser,
 ``after_reasoning_parser`` (a reasoning parser runs first: vLLM then reads ``<think>`` and
 ``</think>`` in the content as markup, and as text otherwise).
+
+Forced and strict calls: vLLM's tool parser class names the "glm_4_7" structural tag, built by
+vLLM's own registry (``vllm/tool_parsers/structural_tag_registry.py``,
+``get_glm_4_7_structural_tag``; xgrammar's builtin when every tool is strict), which
+``glm_structural_tag`` builds. Its default strict level is "function": every request with tools
+gets a tag, ``auto`` included; a non-strict tool's tag pins its argument keys and value types
+only. Required and named calls are then read by this parser.
 """
 
 from __future__ import annotations
@@ -54,10 +61,26 @@ from gateway.parsers.marker_engine import (
     Grammar,
     State,
 )
+from gateway.parsers.tool_constraints import (
+    STRICT_FUNCTION,
+    ToolChoice,
+    any_text_format,
+    arguments_schema,
+    const_string_format,
+    json_schema_format,
+    or_format,
+    sequence_format,
+    structural_tag,
+    tag_format,
+    tags_with_separator_format,
+    tool_function,
+    triggered_tags_format,
+)
 
 THINK_START = "<think>"
 THINK_END = "</think>"
 TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
 # The ``regex`` module's ``\s`` (Unicode White_Space), which vLLM's patterns use; ``re``'s
 # ``\s`` also matches \x1c-\x1f.
 WS = r"[\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
@@ -194,9 +217,96 @@ class Glm45Engine(Engine):
         return super().extract_reasoning(text)
 
 
+# Markers no free text in a tag may hold (vLLM's ``_GLM_4_7_VALUE_EXCLUDES``); text around calls
+# may hold "<tool_call>", which opens one.
+_VALUE_EXCLUDES = [THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END,
+                   "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]  # fmt: skip
+_TEXT_EXCLUDES = [m for m in _VALUE_EXCLUDES if m != TOOL_CALL_START]
+# Schema keywords that make the arguments more than a plain map of properties.
+_NOT_PLAIN = ("$ref", "allOf", "anyOf", "oneOf", "patternProperties")
+
+
+def _value_format(prop: dict[str, Any]) -> dict[str, Any]:
+    """An argument value as the template writes it: strings verbatim, other types as JSON."""
+    if "enum" in prop:
+        values = [
+            const_string_format(v if isinstance(v, str) else json.dumps(v)) for v in prop["enum"]
+        ]
+        return values[0] if len(values) == 1 else or_format(values)
+    prop_type = prop.get("type")
+    if isinstance(prop_type, list):
+        formats = [_value_format({"type": t}) for t in prop_type if t != "string"]
+        if "string" in prop_type:
+            formats.append(any_text_format(_VALUE_EXCLUDES))
+        return formats[0] if len(formats) == 1 else or_format(formats)
+    if prop_type in (None, "string"):
+        return any_text_format(_VALUE_EXCLUDES)
+    return json_schema_format({"type": prop_type})
+
+
+def _plain_properties(params: dict[str, Any]) -> dict[str, Any] | None:
+    properties = params.get("properties")
+    if (
+        not isinstance(properties, dict)
+        or not properties
+        or params.get("additionalProperties") is True
+        or any(key in params for key in _NOT_PLAIN)
+    ):
+        return None
+    return properties
+
+
+def _call_tag(tool: dict[str, Any]) -> dict[str, Any]:
+    """A strict tool's arguments follow its schema ("glm_xml" style); a non-strict one's only
+    their keys and basic value types, any number of them in any order (vLLM's shallow tag)."""
+    function = tool_function(tool)
+    begin = f"{TOOL_CALL_START}{function['name']}"  # the name as it is, unescaped
+    properties = None if function["strict"] else _plain_properties(function.get("parameters") or {})
+    if properties is None:
+        content = json_schema_format(arguments_schema(tool), style="glm_xml")
+        return tag_format(begin, content, TOOL_CALL_END)
+    pairs = [
+        sequence_format(
+            const_string_format(f"<arg_key>{key}</arg_key><arg_value>"),
+            _value_format(prop),
+            const_string_format("</arg_value>"),
+        )
+        for key, prop in properties.items()
+    ]
+    content = {"type": "star", "content": pairs[0] if len(pairs) == 1 else or_format(pairs)}
+    return tag_format(begin, content, TOOL_CALL_END)
+
+
+def glm_structural_tag(
+    tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+) -> dict[str, Any]:
+    """The "glm_4_7" tag (no reasoning part) for ``tools`` as ``tag_tools`` chose them."""
+    tags = [_call_tag(tool) for tool in tools]
+    named = tool_choice not in ("auto", "required")
+    if tool_choice == "auto" or all(tool_function(t)["strict"] for t in tools):
+        # vLLM hands all-strict requests to xgrammar's builtin: its forced call is one bare tag,
+        # its required calls triggered tags. For "auto" vLLM's own tag is the same.
+        if named:
+            return structural_tag(tags[0])
+        return structural_tag(
+            triggered_tags_format(
+                [TOOL_CALL_START],
+                tags,
+                at_least_one=tool_choice == "required",
+                stop_after_first=single_call,
+                excludes=_TEXT_EXCLUDES,
+            )
+        )
+    return structural_tag(
+        tags_with_separator_format(tags, at_least_one=True, stop_after_first=single_call or named)
+    )
+
+
 class Glm45ToolParser(EngineToolParser):
     name = "glm45"
     keeps_special_tokens = True  # vLLM's engine adapters always turn skipping off
+    native_required_and_named = True
+    default_tool_strict_level = STRICT_FUNCTION
 
     def __init__(
         self,
@@ -217,6 +327,11 @@ class Glm45ToolParser(EngineToolParser):
             special_tokens=context.special_tokens or GLM_SPECIAL_TOKENS,
             after_reasoning_parser=context.reasoning_parser is not None,
         )
+
+    def structural_tag(
+        self, tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+    ) -> dict[str, Any] | None:
+        return glm_structural_tag(tools, tool_choice, single_call)
 
 
 class Glm45ReasoningParser(EngineReasoningParser):

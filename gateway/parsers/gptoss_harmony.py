@@ -37,6 +37,13 @@ Text-only: the chat service detokenizes with special tokens kept, and every mark
 token, so markers are found within a delta. A marker the model spells out in ordinary tokens
 reads the same as the special token here (vLLM would keep it as text); nothing can tell them
 apart without token ids.
+
+Grammars (``HarmonyParser.adjust_request`` and the "harmony" structural tag vLLM registers in
+``vllm/parser/harmony.py``, not xgrammar's builtin of that name): a forced or strict call is a
+call message in any of the header spellings harmony reads, after an optional analysis and an
+optional commentary message (``harmony_structural_tag``); ``auto`` also allows a final message
+instead. A request's own structured output is held to the final message
+(``harmony_output_format``), even with no tools; ``parallel_tool_calls`` changes nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import json
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from gateway.parsers.base import (
     DeltaMessage,
@@ -56,6 +64,19 @@ from gateway.parsers.base import (
     ToolCallResult,
     ToolParser,
     make_tool_call_id,
+)
+from gateway.parsers.tool_constraints import (
+    ToolChoice,
+    any_text_format,
+    arguments_schema,
+    const_string_format,
+    json_schema_format,
+    optional_format,
+    or_format,
+    sequence_format,
+    structural_tag,
+    tag_format,
+    tool_function,
 )
 
 START = "<|start|>"
@@ -452,6 +473,70 @@ class _CallReader:
         return delta[end[0] + len(end[1]) :]
 
 
+# A constrained message ends at <|end|> or at a stop token, written "" (xgrammar forbids stop
+# tokens under a constraint).
+_GRAMMAR_END = ["<|end|>", ""]
+_JSON_CONSTRAINTS = (" json", " <|constrain|>json")
+_CALL_CHANNELS = ("<|channel|>commentary", "<|channel|>analysis", "<|channel|>final")
+# The recipient before or after the channel; the name goes in as it is, unescaped.
+_CALL_HEADERS = (
+    " to=functions.{name}{channel}{constraint}<|message|>",
+    "{channel} to=functions.{name}{constraint}<|message|>",
+)
+_FINAL_HEADER = "<|channel|>final{constraint}<|message|>"
+
+
+def _free_message(channel: str) -> dict[str, Any]:
+    """An optional message of free text on ``channel``, then the next message's start."""
+    message = tag_format(f"<|channel|>{channel}<|message|>", any_text_format(), "<|end|>")
+    return optional_format(sequence_format(message, const_string_format("<|start|>assistant")))
+
+
+def _after_free_messages(content: dict[str, Any], commentary: bool) -> dict[str, Any]:
+    """``content`` after an optional analysis (and commentary) message, as vLLM assembles it."""
+    free = [_free_message("analysis")] + ([_free_message("commentary")] if commentary else [])
+    return sequence_format(*free, content)
+
+
+def harmony_structural_tag(
+    tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+) -> dict[str, Any]:
+    """vLLM's harmony tag for ``tools`` as ``tag_tools`` chose them (``single_call``: nothing to
+    limit, a call message ends the turn)."""
+    tags = [
+        tag_format(
+            header.format(name=tool_function(tool)["name"], channel=channel, constraint=constraint),
+            json_schema_format(arguments_schema(tool)),
+            _GRAMMAR_END,
+        )
+        for tool in tools
+        for header in _CALL_HEADERS
+        for constraint in _JSON_CONSTRAINTS
+        for channel in _CALL_CHANNELS
+    ]
+    if tool_choice == "auto":
+        tags += [
+            tag_format(_FINAL_HEADER.format(constraint=c), any_text_format(), _GRAMMAR_END)
+            for c in (*_JSON_CONSTRAINTS, "")
+        ]
+    return structural_tag(_after_free_messages(or_format(tags), commentary=True))
+
+
+def harmony_output_format(fmt: dict[str, Any]) -> dict[str, Any]:
+    """A request's structured output (a structural-tag format) as the final message's content,
+    after an optional analysis message (vLLM's ``_adjust_output_format``)."""
+    if fmt["type"] == "json_schema":
+        content = or_format(
+            [
+                tag_format(_FINAL_HEADER.format(constraint=c), fmt, _GRAMMAR_END)
+                for c in _JSON_CONSTRAINTS
+            ]
+        )
+    else:
+        content = tag_format(_FINAL_HEADER.format(constraint=""), fmt, _GRAMMAR_END)
+    return _after_free_messages(content, commentary=False)
+
+
 class GptOssToolParser(ToolParser):
     """Calls from the function-call messages ``openai_gptoss`` passes on in its content; the rest
     of that content is content. Not meant for raw gpt-oss output (vLLM never runs ``openai``
@@ -459,9 +544,19 @@ class GptOssToolParser(ToolParser):
 
     name = "openai"
     engine_based = True  # see GptOssReasoningParser
+    # HarmonyParser reads required and named calls as any others.
+    native_required_and_named = True
 
     def __init__(self) -> None:
         self._reader = _CallReader()
+
+    def structural_tag(
+        self, tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+    ) -> dict[str, Any] | None:
+        return harmony_structural_tag(tools, tool_choice, single_call)
+
+    def wrap_output_format(self, fmt: dict[str, Any]) -> dict[str, Any]:
+        return harmony_output_format(fmt)
 
     def extract(self, text: str) -> ToolCallResult:
         reader = _CallReader()

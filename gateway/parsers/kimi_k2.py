@@ -24,6 +24,10 @@ Request inputs (keyword arguments, defaults as vLLM's): ``thinking`` / ``enable_
 special tokens, which vLLM drops from the text) and, for the tool parser,
 ``after_reasoning_parser`` (whether a reasoning parser runs first; see ``marker_engine``).
 ``KimiK2ReasoningParser.for_request`` reads the thinking flags from ``chat_template_kwargs``.
+
+Forced and strict calls: vLLM's tool parser class names xgrammar's builtin "kimi" structural tag
+(``get_kimi_structural_tag``, asked without its reasoning part), which ``kimi_structural_tag``
+builds; required and named calls are then read by this parser.
 """
 
 from __future__ import annotations
@@ -42,6 +46,18 @@ from gateway.parsers.marker_engine import (
     Event,
     Grammar,
     State,
+)
+from gateway.parsers.tool_constraints import (
+    ToolChoice,
+    arguments_schema,
+    const_string_format,
+    json_schema_format,
+    sequence_format,
+    structural_tag,
+    tag_format,
+    tags_with_separator_format,
+    tool_function,
+    triggered_tags_format,
 )
 
 THINK_START = "<think>"
@@ -172,8 +188,45 @@ class KimiK2Engine(Engine):
         return super().extract_reasoning(text)
 
 
+def _call_tag(tool: dict[str, Any]) -> dict[str, Any]:
+    # The name goes in as it is (xgrammar does not escape it); the call index is any digits.
+    content = sequence_format(
+        {"type": "regex", "pattern": r"\d+"},
+        const_string_format(TOOL_ARG_START),
+        json_schema_format(arguments_schema(tool)),
+    )
+    begin = f"{TOOL_CALL_START}functions.{tool_function(tool)['name']}:"
+    return tag_format(begin, content, TOOL_CALL_END)
+
+
+def kimi_structural_tag(
+    tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+) -> dict[str, Any]:
+    """xgrammar's "kimi" tag (no reasoning part) for ``tools`` as ``tag_tools`` chose them."""
+    if tool_choice not in ("auto", "required"):
+        # A named tool: one section holding that one call.
+        calls = _call_tag(tools[0])
+    else:
+        calls = tags_with_separator_format(
+            [_call_tag(tool) for tool in tools], at_least_one=True, stop_after_first=single_call
+        )
+    if tool_choice != "auto":
+        section = [const_string_format(TOOL_SECTION_START), calls]
+        return structural_tag(sequence_format(*section, const_string_format(TOOL_SECTION_END)))
+    # Text, with a tool section wherever its marker appears.
+    return structural_tag(
+        triggered_tags_format(
+            [TOOL_SECTION_START],
+            [tag_format(TOOL_SECTION_START, calls, TOOL_SECTION_END)],
+            stop_after_first=single_call,
+            excludes=[THINK_START, THINK_END, TOOL_CALL_START],
+        )
+    )
+
+
 class KimiK2ToolParser(EngineToolParser):
     name = "kimi_k2"
+    native_required_and_named = True
 
     def __init__(
         self,
@@ -201,6 +254,11 @@ class KimiK2ToolParser(EngineToolParser):
             special_tokens=context.special_tokens,
             after_reasoning_parser=context.reasoning_parser is not None,
         )
+
+    def structural_tag(
+        self, tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+    ) -> dict[str, Any] | None:
+        return kimi_structural_tag(tools, tool_choice, single_call)
 
 
 class KimiK2ReasoningParser(EngineReasoningParser):

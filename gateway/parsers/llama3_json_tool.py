@@ -17,6 +17,10 @@ after ``<|python_tag|>``, several separated by ``"; "``. Behaviour reproduced
 
 The streamed behaviour depends on ``partial_json_parser``'s completions, hence that library
 (vLLM's own) rather than a re-implementation.
+
+Forced and strict calls: vLLM's class names xgrammar's builtin "llama" structural tag
+(``get_llama_structural_tag``), which ``llama_structural_tag`` builds; required and named calls
+are then read by this parser.
 """
 
 from __future__ import annotations
@@ -34,6 +38,15 @@ from gateway.parsers.base import (
     ToolCallResult,
     ToolParser,
     make_tool_call_id,
+)
+from gateway.parsers.tool_constraints import (
+    ToolChoice,
+    arguments_schema,
+    json_schema_format,
+    structural_tag,
+    tag_format,
+    tool_function,
+    triggered_tags_format,
 )
 
 BOT_TOKEN = "<|python_tag|>"
@@ -93,8 +106,33 @@ def _partial_calls(text: str, flags: Allow) -> tuple[list[Any], list[bool]]:
     return calls, complete
 
 
+def _call_tag(tool: dict[str, Any]) -> dict[str, Any]:
+    # xgrammar writes the name into the begin string as it is, unescaped.
+    begin = f'{{"name": "{tool_function(tool)["name"]}", "parameters": '
+    return tag_format(begin, json_schema_format(arguments_schema(tool)), "}")
+
+
+def llama_structural_tag(
+    tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+) -> dict[str, Any]:
+    """xgrammar's "llama" tag (no reasoning part) for ``tools`` as ``tag_tools`` chose them."""
+    if tool_choice not in ("auto", "required"):
+        return structural_tag(_call_tag(tools[0]))  # a named tool: that one call, bare
+    # A call opens with '{"name": ' anywhere in the text; "required" needs one.
+    return structural_tag(
+        triggered_tags_format(
+            ['{"name": '],
+            [_call_tag(tool) for tool in tools],
+            at_least_one=tool_choice == "required",
+            stop_after_first=single_call,
+            excludes=["<think>", "</think>"],
+        )
+    )
+
+
 class Llama3JsonToolParser(ToolParser):
     name = "llama3_json"
+    native_required_and_named = True
 
     def __init__(self) -> None:
         self._text = ""
@@ -103,6 +141,11 @@ class Llama3JsonToolParser(ToolParser):
         self._name_sent = False
         self._streamed_args: list[str] = []
         self._last_call_index: int | None = None
+
+    def structural_tag(
+        self, tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+    ) -> dict[str, Any] | None:
+        return llama_structural_tag(tools, tool_choice, single_call)
 
     def extract(self, text: str) -> ToolCallResult:
         if BOT_TOKEN not in text and "{" not in text:

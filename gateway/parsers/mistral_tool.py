@@ -649,6 +649,9 @@ class MistralToolParser(ToolParser):
     name = "mistral"
     keeps_special_tokens = True  # vLLM's Mistral adjust_request turns skipping off
     engine_based = True
+    # vLLM holds forced Mistral calls to a schema of its own and reads them with this parser
+    # (not its generic JSON path); not reproduced yet.
+    forced_calls_supported = False
 
     @classmethod
     def for_request(cls, context: ParserContext) -> ToolParser:  # type: ignore[override]
@@ -742,6 +745,7 @@ class MistralPreV11ToolParser(ToolParser):
 
     name = "mistral"
     keeps_special_tokens = True  # vLLM's Mistral adjust_request turns skipping off
+    forced_calls_supported = False  # as MistralToolParser
 
     def __init__(self) -> None:
         self._started = False

@@ -31,6 +31,10 @@ Keywords: ``tools`` (the request's OpenAI tools: argument types), ``special_toke
 tokenizer's ``all_special_tokens``, which vLLM removes; default Qwen3's), and
 ``after_reasoning_parser`` (a reasoning parser runs first: vLLM then drops a stray ``</think>``
 from the content, which it otherwise keeps as text).
+
+Forced and strict calls: vLLM's class names xgrammar's builtin "qwen_3_coder" structural tag
+(``get_qwen_3_5_structural_tag``), which ``qwen3_coder_structural_tag`` builds; required and
+named calls are then read by this parser.
 """
 
 from __future__ import annotations
@@ -42,6 +46,15 @@ from typing import Any
 
 from gateway.parsers.base import ParserContext
 from gateway.parsers.marker_engine import Engine, EngineToolParser, Ev, Grammar, State
+from gateway.parsers.tool_constraints import (
+    ToolChoice,
+    arguments_schema,
+    json_schema_format,
+    structural_tag,
+    tag_format,
+    tool_function,
+    triggered_tags_format,
+)
 
 # The ``regex`` module's ``\s`` (Unicode White_Space), which vLLM's patterns use; ``re``'s
 # ``\s`` also matches \x1c-\x1f.
@@ -145,9 +158,41 @@ QWEN3_SPECIAL_TOKENS = (
 )
 
 
+_CALL_TRIGGER = "<tool_call>\n<function="
+
+
+def _call_tag(tool: dict[str, Any]) -> dict[str, Any]:
+    # xgrammar writes the name into the begin string as it is, unescaped; the arguments are
+    # <parameter=...> elements ("qwen_xml" style).
+    return tag_format(
+        f"{_CALL_TRIGGER}{tool_function(tool)['name']}>\n",
+        json_schema_format(arguments_schema(tool), style="qwen_xml"),
+        "\n</function>\n</tool_call>",
+    )
+
+
+def qwen3_coder_structural_tag(
+    tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+) -> dict[str, Any]:
+    """xgrammar's "qwen_3_coder" tag (no reasoning part) for ``tools`` as ``tag_tools`` chose
+    them."""
+    if tool_choice not in ("auto", "required"):
+        return structural_tag(_call_tag(tools[0]))  # a named tool: that one call, bare
+    return structural_tag(
+        triggered_tags_format(
+            [_CALL_TRIGGER],
+            [_call_tag(tool) for tool in tools],
+            at_least_one=tool_choice == "required",
+            stop_after_first=single_call,
+            excludes=["<think>", "</think>"],
+        )
+    )
+
+
 class Qwen3CoderToolParser(EngineToolParser):
     name = "qwen3_coder"
     keeps_special_tokens = True  # vLLM's engine adapters always turn skipping off
+    native_required_and_named = True
 
     def __init__(
         self,
@@ -166,3 +211,8 @@ class Qwen3CoderToolParser(EngineToolParser):
             special_tokens=context.special_tokens or QWEN3_SPECIAL_TOKENS,
             after_reasoning_parser=context.reasoning_parser is not None,
         )
+
+    def structural_tag(
+        self, tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
+    ) -> dict[str, Any] | None:
+        return qwen3_coder_structural_tag(tools, tool_choice, single_call)

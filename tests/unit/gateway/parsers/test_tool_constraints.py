@@ -1,7 +1,9 @@
-"""The grammar a request with tools is sent with, against vLLM 0.32's adjust_request."""
+"""The grammar a request with tools is sent with, against vLLM 0.32's adjust_request (for gpt-oss,
+HarmonyParser's, which also frames a structured output without tools)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -37,11 +39,51 @@ NO_PARAMS = {"type": "function", "function": {"name": "ping"}}
 STRICT_ADD = {**ADD, "function": {**ADD["function"], "strict": True}}
 STRICT_PING = {**NO_PARAMS, "function": {**NO_PARAMS["function"], "strict": True}}
 
+# GLM's shallow tags read these keywords; the odd name shows how names go into begin strings.
+TYPED = {
+    "type": "function",
+    "function": {
+        "name": 'book "room" é',
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "room": {"enum": ["a", 2, None, [1, "ü"]]},
+                "only": {"enum": ["x"]},
+                "nights": {"type": ["integer", "null"]},
+                "note": {"type": ["string", "null"]},
+                "tags": {"type": ["string"]},
+                "meta": {"type": "object"},
+                "when": {"type": "string"},
+            },
+            "required": ["room"],
+        },
+    },
+}
+OPEN = {
+    "type": "function",
+    "function": {
+        "name": "open",
+        "parameters": {
+            "type": "object",
+            "properties": {"x": {"type": "string"}},
+            "additionalProperties": True,
+        },
+    },
+}
+UNION = {
+    "type": "function",
+    "function": {
+        "name": "union",
+        "parameters": {"anyOf": [{"type": "object", "properties": {"x": {"type": "string"}}}]},
+    },
+}
+
 TOOL_SETS = {
     "one": [WEATHER],
     "two": [WEATHER, ADD],
     "strict": [WEATHER, STRICT_ADD],
     "strict_no_params": [STRICT_PING, WEATHER],
+    "typed": [WEATHER, TYPED, OPEN, UNION],
 }
 CHOICES = {
     "auto": "auto",
@@ -56,26 +98,59 @@ STRUCTURED = {
 }
 
 
+# Parsers whose vLLM class forces calls in the model's own format (a structural tag, or none at
+# all for gemma4); vLLM runs openai (gpt-oss) as HarmonyParser.
+NATIVE_PARSERS = [
+    "deepseek_v31",
+    "gemma4",
+    "glm45",
+    "glm47",
+    "hermes",
+    "kimi_k2",
+    "llama3_json",
+    "llama4_json",
+    "openai",
+    "qwen3_coder",
+    "qwen3_xml",
+]
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    """One tokenizer with every family's markers (the parsers' constructors look them up)."""
+    from gateway.parsers import deepseek_v31_tool, gemma4, glm45, kimi_k2
+
+    markers = ("<|python_tag|>", *deepseek_v31_tool.MARKERS, *kimi_k2.MARKERS, *gemma4.MARKERS)
+    markers += (glm45.TOOL_CALL_START, "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>")
+    markers += ("</arg_value>", "<think>", "</think>", "<turn|>", "<|turn>", "<|tool_response>")
+    return tokenizer((), tuple(dict.fromkeys(markers)))
+
+
 def _vllm(parser_name: str, tools: list, tool_choice: Any, parallel: bool | None, so: Any):
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.parser.parser_manager import ParserManager
 
     logging.getLogger("vllm").setLevel(logging.ERROR)
+    harmony = parser_name == "openai"
     cls = ParserManager.get_parser(
-        tool_parser_name=parser_name, reasoning_parser_name=None, enable_auto_tools=True
+        tool_parser_name=parser_name,
+        reasoning_parser_name="openai_gptoss" if harmony else None,
+        enable_auto_tools=True,
+        is_harmony=harmony,
     )
     body: dict[str, Any] = {
         "model": "m",
         "messages": [{"role": "user", "content": "hi"}],
-        "tools": json.loads(json.dumps(tools)),
         "tool_choice": tool_choice,
     }
+    if tools:  # vLLM refuses an empty list
+        body["tools"] = json.loads(json.dumps(tools))
     if parallel is not None:
         body["parallel_tool_calls"] = parallel
     if so is not None:
         body["structured_outputs"] = so
     request = ChatCompletionRequest(**body)
-    request = cls(tokenizer(), request.tools).adjust_request(request)
+    request = cls(_tokenizer(), request.tools).adjust_request(request)
     result = request.structured_outputs
     if result is None:
         return None
@@ -101,12 +176,28 @@ CASES = [
 
 
 @pytest.mark.parametrize(("tools", "choice", "parallel", "so"), CASES)
-def test_hermes_constraint_matches_vllm(tools: str, choice: str, parallel, so: str) -> None:
+@pytest.mark.parametrize("parser", NATIVE_PARSERS)
+def test_native_constraint_matches_vllm(
+    parser: str, tools: str, choice: str, parallel, so: str
+) -> None:
     args = (TOOL_SETS[tools], CHOICES[choice], parallel, STRUCTURED[so])
-    ours = tool_structured_outputs(tool_parser("hermes"), *args)
-    expected = _vllm("hermes", *args)
+    ours = tool_structured_outputs(tool_parser(parser), *args)
+    expected = _vllm(parser, *args)
     if expected is None or expected == STRUCTURED[so]:
         # vLLM leaves the request's own structured output in place.
+        assert ours is None
+    else:
+        assert ours is not None and _comparable(ours) == expected
+
+
+@pytest.mark.parametrize("so", ["none", "choice", "regex", "json"])
+@pytest.mark.parametrize("tools", ["no_tools", "one"])
+def test_harmony_frames_structured_output_without_calls(tools: str, so: str) -> None:
+    # gpt-oss holds a structured output to its final message even when no call can happen.
+    args = (TOOL_SETS.get(tools, []), "none", None, STRUCTURED[so])
+    ours = tool_structured_outputs(tool_parser("openai"), *args)
+    expected = _vllm("openai", *args)
+    if expected is None:
         assert ours is None
     else:
         assert ours is not None and _comparable(ours) == expected
