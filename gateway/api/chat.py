@@ -312,7 +312,8 @@ class _Run:
 
     def _running_usage(self) -> dict:
         generated = sum(c.generated for c in self.choices)
-        return Usage(self.usage.prompt_tokens, self.usage.cached_tokens, generated).as_dict()
+        usage = Usage(self.usage.prompt_tokens, self.usage.cached_tokens, generated)
+        return self._usage(usage.as_dict())
 
     def _event(self, choices: list[dict], usage: dict | None = None) -> str:
         return self._writer.chunk(choices, usage)

@@ -30,6 +30,7 @@ from gateway.parsers import (
     tool_parser,
 )
 from gateway.parsers.forced_calls import NamedCallParser, RequiredCallsParser
+from gateway.parsers.gptoss_harmony import GptOssReasoningParser
 from gateway.parsers.tool_constraints import named_tool, tool_structured_outputs
 
 
@@ -77,14 +78,25 @@ class ParsedMessage:
     tool_calls: list[ToolCall] = field(default_factory=list)
 
 
+def _reads_forced_json(parser: ToolParser) -> bool:
+    """vLLM's ``supports_required_and_named``: whether vLLM reads a forced call (required /
+    named) as its generic JSON rather than with the parser, as under "auto". Parsers with a
+    native forced format, and the engine-based ones (vLLM marks those False too), read it
+    with the parser."""
+    return not (parser.native_required_and_named or parser.engine_based)
+
+
 def _unavailable(tool_choice: Any) -> str:
     if tool_choice == "auto":
         return (
             '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
         )
+    return f"tool_choice={_described(tool_choice)} requires --tool-call-parser to be set"
+
+
+def _described(tool_choice: Any) -> str:
     name = named_tool(tool_choice)
-    described = f'function "{name}"' if name is not None else f'"{tool_choice}"'
-    return f"tool_choice={described} requires --tool-call-parser to be set"
+    return f'function "{name}"' if name is not None else f'"{tool_choice}"'
 
 
 def _structured_outputs_dict(request: ChatCompletionRequest) -> dict[str, Any] | None:
@@ -131,6 +143,9 @@ class ChatParsing:
         )
         probe = self.new_reasoning_parser()
         self.prompt_ends_reasoning = probe is None or probe.prompt_ends_reasoning(prompt_tokens)
+        # gpt-oss: vLLM's HarmonyParser reads every token in one pass, whatever tool_choice
+        # says (its stream carries calls under "none" too).
+        self.harmony = isinstance(probe, GptOssReasoningParser)
 
     @property
     def has_reasoning(self) -> bool:
@@ -148,7 +163,7 @@ class ChatParsing:
         """The configured parser; for a call forced on a parser without a native format of its
         own, vLLM's generic JSON reader (the engine was held to that JSON)."""
         parser = self.configured_tool_parser()
-        if parser is None or parser.native_required_and_named or not self.parse_tools:
+        if parser is None or not self.parse_tools or not _reads_forced_json(parser):
             return parser
         if (name := named_tool(self.tool_choice)) is not None:
             return NamedCallParser(name)
@@ -167,7 +182,8 @@ class ChatParsing:
     def finish_reason(self, called: bool, engine_reason: str, streamed: bool) -> str:
         """vLLM's: "tool_calls" once calls were parsed (never for a named tool); a whole
         reply with ``required`` says it on a normal stop even without a call."""
-        if engine_reason != "stop" or not self.parse_tools or self.named:
+        streams_calls = self.parse_tools or (streamed and self.harmony)
+        if engine_reason != "stop" or not streams_calls or self.named:
             return engine_reason
         required = self.tool_choice == "required"
         if streamed:
@@ -193,6 +209,10 @@ class ChoiceParser:
         self.engine_based = (reasoning is None or reasoning.engine_based) and (
             tools is not None and tools.engine_based
         )
+        # Harmony: the reasoning parser reads every delta (reasoning out, content and calls
+        # on to the tool parser); vLLM streams the calls under any tool_choice.
+        self._reads_every_delta = plan.harmony
+        self._streams_calls = plan.parse_tools or (plan.harmony and tools is not None)
 
     def whole(self, text: str) -> ParsedMessage:
         reasoning, content = None, text
@@ -221,14 +241,18 @@ class ChoiceParser:
         forced = self.plan.named or self.plan.tool_choice == "required"
         if forced and (content is None or not content.strip()):
             return [], None
+        if isinstance(self.tools, (NamedCallParser, RequiredCallsParser)):
+            return [], None  # vLLM's generic JSON path keeps no content, call or not
         if self.engine_based:
             return [], result.content or None
-        return [], content
+        # The parser's content is vLLM's: the text itself when vLLM found no call, None
+        # where vLLM's parser said "called" with no call to show (DeepSeek V3.1 cut off).
+        return [], None if content is None else result.content
 
     def delta(self, text: str, finished: bool) -> DeltaMessage | None:
         message: DeltaMessage | None = None
         transitioned = False
-        if self.reasoning is not None and not self._reasoning_ended:
+        if self.reasoning is not None and (self._reads_every_delta or not self._reasoning_ended):
             message = self.reasoning.feed(text)
             if self.reasoning.reasoning_ended:
                 self._reasoning_ended = transitioned = True
@@ -247,7 +271,7 @@ class ChoiceParser:
 
     def _tool_delta(self, text: str, before: DeltaMessage | None) -> DeltaMessage | None:
         assert self.tools is not None
-        if self.plan.parse_tools:
+        if self._streams_calls:
             message = self.tools.feed(text) if text else None
         elif self.engine_based:
             message = self.tools.feed(text) if text else None
@@ -263,16 +287,25 @@ class ChoiceParser:
     def _finish(self, message: DeltaMessage | None) -> DeltaMessage | None:
         # Text a parser held back (a possible marker prefix, a call's closing "{}"): the
         # reasoning parser's only while still in reasoning, as vLLM flushes it.
+        if self._reads_every_delta and self.reasoning is not None:
+            message = _merge_optional(message, self._harmony_tail(self.reasoning))
         flushing: list[ReasoningParser | ToolParser] = []
         if self.reasoning is not None and not self._reasoning_ended:
             flushing.append(self.reasoning)
-        reads_calls = self.plan.parse_tools or self.engine_based
+        reads_calls = self._streams_calls or self.engine_based
         if self.tools is not None and reads_calls and self._reasoning_ended:
             flushing.append(self.tools)
         for parser in flushing:
             if (flushed := parser.finish()) is not None:
                 message = _merge(message, flushed)
         return message
+
+    def _harmony_tail(self, reasoning: ReasoningParser) -> DeltaMessage | None:
+        """What the harmony reasoning parser held back, on to the tool parser like a delta."""
+        tail = reasoning.finish()
+        if tail is None or self.tools is None:
+            return tail
+        return self._tool_delta(tail.content or "", tail)
 
     def reasoning_tokens(self, token_texts: Sequence[str], specials: Collection[str]) -> int:
         """``completion_tokens_details.reasoning_tokens`` for the generated tokens, each
@@ -285,7 +318,7 @@ class ChoiceParser:
     def _shown(self, message: DeltaMessage | None) -> DeltaMessage | None:
         if message is None:
             return None
-        if not self.plan.parse_tools:
+        if not self._streams_calls:
             message.tool_calls = []  # read only to keep call markup out of the content
         if message.tool_calls:
             self.called = True
@@ -297,6 +330,10 @@ class ChoiceParser:
             if not message.content and not message.tool_calls:
                 return None
         return message
+
+
+def _merge_optional(message: DeltaMessage | None, more: DeltaMessage | None) -> DeltaMessage | None:
+    return message if more is None else _merge(message, more)
 
 
 def _merge(message: DeltaMessage | None, more: DeltaMessage) -> DeltaMessage:
@@ -324,6 +361,16 @@ def plan_parsing(
     if not config.reasoning_parser and not config.tools_active:
         return None
     parsing = ChatParsing(config, request, prompt_tokens(), vocab)
+    forced = choice == "required" or named_tool(choice) is not None
+    configured = parsing.configured_tool_parser()
+    if forced and configured is not None and not configured.forced_calls_supported:
+        raise GatewayError(
+            f"tool_choice={_described(choice)} is not supported with --tool-call-parser "
+            f"{config.tool_call_parser} by this gateway (vLLM holds such calls to a grammar "
+            'of its own for this model); use tool_choice "auto"',
+            400,
+            "tool_choice",
+        )
     _adjust_request(parsing, request)
     return parsing
 
@@ -336,7 +383,10 @@ def _adjust_request(parsing: ChatParsing, request: ChatCompletionRequest) -> Non
         tools is not None and tools.keeps_special_tokens and offered
     ):
         request.skip_special_tokens = False
-    if tools is None or not offered:
+    # gpt-oss frames even a request's own structured output (no tools offered) in its final
+    # channel, as vLLM's harmony parser does.
+    frames_output = hasattr(tools, "wrap_output_format")
+    if tools is None or not (offered or frames_output):
         return
     constraint = tool_structured_outputs(
         tools,

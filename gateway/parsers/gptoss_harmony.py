@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -327,6 +328,11 @@ class GptOssReasoningParser(ReasoningParser):
     # Harmony is parsed in one pass by vLLM (HarmonyParser): calls are read, and dropped,
     # under tool_choice "none" too, as for its engine-based parsers.
     engine_based = True
+
+    def prompt_ends_reasoning(self, prompt_tokens: Sequence[str]) -> bool:
+        # vLLM's harmony parser says so for every prompt: a grammar then applies to the
+        # whole output, which frames it in the final channel itself.
+        return True
 
     @classmethod
     def for_request(cls, context: ParserContext) -> GptOssReasoningParser:
