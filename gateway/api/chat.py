@@ -69,6 +69,7 @@ class ChatService:
         check_model(request.model, self.model_name)
         if request.tool_choice == "none" and self.parsing.exclude_tools_when_tool_choice_none:
             request.tools = None
+        request.apply_reasoning_effort()
         rendered = self.prompts.render(request)
         parsing = plan_parsing(
             self.parsing, request, lambda: self.token_strings(rendered.token_ids), self.vocab

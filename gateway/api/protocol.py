@@ -201,6 +201,9 @@ class ChatCompletionRequest(ChatPromptFields, SamplingFields):
     tool_choice: str | dict[str, Any] | None = "none"
     parallel_tool_calls: bool | None = True
     include_reasoning: bool = True
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = (
+        None
+    )
     echo: bool = False
 
     @model_validator(mode="before")
@@ -213,6 +216,17 @@ class ChatCompletionRequest(ChatPromptFields, SamplingFields):
 
     def output_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def apply_reasoning_effort(self) -> None:
+        """vLLM's build_chat_params: the template (and the parsers) see ``reasoning_effort``,
+        and ``enable_thinking`` follows it unless the request set that itself."""
+        if self.reasoning_effort is None:
+            return
+        kwargs = dict(self.chat_template_kwargs or {})
+        if "enable_thinking" not in kwargs:
+            kwargs["enable_thinking"] = self.reasoning_effort != "none"
+        kwargs["reasoning_effort"] = self.reasoning_effort
+        self.chat_template_kwargs = kwargs
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

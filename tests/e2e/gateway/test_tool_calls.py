@@ -105,6 +105,7 @@ CASES: dict[str, dict[str, Any]] = {
     "call_inside_reasoning": forced(f"<think>Calling now.{PARIS}"),
     "second_end_marker": forced("<think>a</think>b</think>c<think>d"),
     "thinking_off_call": forced(PARIS, body={"chat_template_kwargs": {"enable_thinking": False}}),
+    "effort_none_call": forced(PARIS, body={"reasoning_effort": "none"}),
     "reasoning_hidden": forced(f"<think>no</think>\n\n{PARIS}", body={"include_reasoning": False}),
     "tool_choice_none": {**forced(PARIS), "tool_choice": "none"},
     "single_call_only": {**forced(f"{PARIS}\n{TOKYO}"), "parallel_tool_calls": False},
