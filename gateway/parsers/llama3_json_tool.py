@@ -43,10 +43,9 @@ from gateway.parsers.tool_constraints import (
     ToolChoice,
     arguments_schema,
     json_schema_format,
-    structural_tag,
     tag_format,
     tool_function,
-    triggered_tags_format,
+    triggered_calls_tag,
 )
 
 BOT_TOKEN = "<|python_tag|>"
@@ -116,18 +115,7 @@ def llama_structural_tag(
     tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
 ) -> dict[str, Any]:
     """xgrammar's "llama" tag (no reasoning part) for ``tools`` as ``tag_tools`` chose them."""
-    if tool_choice not in ("auto", "required"):
-        return structural_tag(_call_tag(tools[0]))  # a named tool: that one call, bare
-    # A call opens with '{"name": ' anywhere in the text; "required" needs one.
-    return structural_tag(
-        triggered_tags_format(
-            ['{"name": '],
-            [_call_tag(tool) for tool in tools],
-            at_least_one=tool_choice == "required",
-            stop_after_first=single_call,
-            excludes=["<think>", "</think>"],
-        )
-    )
+    return triggered_calls_tag('{"name": ', _call_tag, tools, tool_choice, single_call)
 
 
 class Llama3JsonToolParser(ToolParser):

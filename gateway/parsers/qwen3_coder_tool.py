@@ -50,10 +50,9 @@ from gateway.parsers.tool_constraints import (
     ToolChoice,
     arguments_schema,
     json_schema_format,
-    structural_tag,
     tag_format,
     tool_function,
-    triggered_tags_format,
+    triggered_calls_tag,
 )
 
 # The ``regex`` module's ``\s`` (Unicode White_Space), which vLLM's patterns use; ``re``'s
@@ -176,17 +175,7 @@ def qwen3_coder_structural_tag(
 ) -> dict[str, Any]:
     """xgrammar's "qwen_3_coder" tag (no reasoning part) for ``tools`` as ``tag_tools`` chose
     them."""
-    if tool_choice not in ("auto", "required"):
-        return structural_tag(_call_tag(tools[0]))  # a named tool: that one call, bare
-    return structural_tag(
-        triggered_tags_format(
-            [_CALL_TRIGGER],
-            [_call_tag(tool) for tool in tools],
-            at_least_one=tool_choice == "required",
-            stop_after_first=single_call,
-            excludes=["<think>", "</think>"],
-        )
-    )
+    return triggered_calls_tag(_CALL_TRIGGER, _call_tag, tools, tool_choice, single_call)
 
 
 class Qwen3CoderToolParser(EngineToolParser):

@@ -26,6 +26,7 @@ Two optional parser attributes (read with ``getattr``; vLLM names in brackets):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from gateway.parsers.base import ToolParser
@@ -143,6 +144,29 @@ def tags_with_separator_format(
 
 def structural_tag(fmt: dict[str, Any]) -> dict[str, Any]:
     return {"type": "structural_tag", "format": fmt}
+
+
+def triggered_calls_tag(
+    trigger: str,
+    call_tag: Callable[[dict[str, Any]], dict[str, Any]],
+    tools: list[dict[str, Any]],
+    tool_choice: ToolChoice,
+    single_call: bool,
+) -> dict[str, Any]:
+    """The shape xgrammar's builtin templates share (llama, qwen_3_coder): a named tool is that
+    one call, bare; otherwise calls open with ``trigger`` anywhere in the text outside the
+    thought, and ``required`` needs one."""
+    if tool_choice not in ("auto", "required"):
+        return structural_tag(call_tag(tools[0]))
+    return structural_tag(
+        triggered_tags_format(
+            [trigger],
+            [call_tag(tool) for tool in tools],
+            at_least_one=tool_choice == "required",
+            stop_after_first=single_call,
+            excludes=["<think>", "</think>"],
+        )
+    )
 
 
 def _output_format(structured: dict[str, Any]) -> dict[str, Any] | None:
