@@ -7,8 +7,8 @@ engine: ``IncrementalLexer`` (``incremental_lexer.py``), ``StreamingParserEngine
 serve an engine as a ``--reasoning-parser`` or a ``--tool-call-parser`` (``adapters.py``, run by
 ``DelegatingParser`` in ``vllm/parser/abstract_parser.py``). This module reproduces that engine
 closely enough that the output, whole and streamed, is vLLM's; the family modules
-(``gemma4.py``, ``kimi_k2.py``, ``minimax_m2_reasoning.py``) only supply a ``Grammar`` and their
-model-specific hooks.
+(``gemma4.py``, ``kimi_k2.py``, ``minimax_m2_reasoning.py``, ``mistral_tool.py``, ...) only
+supply a ``Grammar`` and their model-specific hooks.
 
 Text-only streaming. vLLM matches the grammar's special-token markers by token id while
 streaming, and treats the same text arriving any other way (cut across two deltas) as plain
@@ -468,7 +468,9 @@ def find_tool_properties(tools: Sequence[Mapping[str, Any]] | None, name: str) -
     for tool in tools or ():
         function = tool.get("function") if tool.get("type", "function") == "function" else None
         if isinstance(function, Mapping) and function.get("name") == name:
-            return (function.get("parameters") or {}).get("properties", {})
+            properties = (function.get("parameters") or {}).get("properties", {})
+            # Malformed ones (the gateway does not validate tools) coerce nothing.
+            return properties if isinstance(properties, dict) else {}
     return {}
 
 
@@ -690,6 +692,11 @@ class Engine:
 
     Family modules subclass it for their hooks (``preprocess``, ``emit_name``, ...)."""
 
+    # Whether the argument chunk that sends a call's name is also sent as arguments (vLLM's
+    # parent engine drops it; parsers whose name ends at the arguments' first character,
+    # Mistral's ``name{...}``, override ``_handle_arg_chunk`` to send it).
+    args_with_name: bool = False
+
     def __init__(
         self,
         grammar: Grammar,
@@ -846,7 +853,9 @@ class Engine:
             if slot.name:
                 self.emit_name(event.index, calls, slot.name)
             elif event.value:
-                self.emit_name(event.index, calls, self._name_from_args(event.index))
+                self.emit_name(event.index, calls, self.name_from_args(event.index))
+            if self.args_with_name and event.value and slot.name_sent:
+                calls.append(DeltaToolCall(event.index, arguments=event.value))
         elif event.value and (diff := self._arg_delta(event.index, event.value)):
             calls.append(DeltaToolCall(event.index, arguments=diff))
 
@@ -857,14 +866,15 @@ class Engine:
         remaining = self._flush_converter(index)
         slot = self.slots[index]
         if not slot.name_sent:
-            name = slot.name or self._name_from_args(index) or ""
+            name = slot.name or self.name_from_args(index) or ""
             if self.accept_name(name):
                 calls.append(self._name_piece(index, name, remaining or ""))
                 remaining = None
         if remaining and slot.name_sent:
             calls.append(DeltaToolCall(index, arguments=remaining))
 
-    def _name_from_args(self, index: int) -> str | None:
+    def name_from_args(self, index: int) -> str | None:
+        """Hook: a call's name found in its argument text (vLLM's ``_try_extract_name``)."""
         match = _NAME_RE.search(self.slots[index].args)
         return (match.group(1) or None) if match else None
 
@@ -932,7 +942,11 @@ class Engine:
     def extract_args_json(self, raw_args: str, name: str) -> str:
         if not raw_args.strip():
             return "{}"
-        return _name_and_args(raw_args)[1]
+        return self.name_and_args(raw_args)[1]
+
+    def name_and_args(self, raw_body: str) -> tuple[Any, str]:
+        """Hook: (name, arguments JSON) of a body holding both (``_extract_name_and_args``)."""
+        return _name_and_args(raw_body)
 
     def tool_calls(self) -> list[ToolCall]:
         """The calls in the slots (vLLM's ``_build_extracted_result``)."""
@@ -942,7 +956,7 @@ class Engine:
                 continue
             name, raw = slot.name.strip(), slot.args
             if not name and raw.strip():
-                name, args_json = _name_and_args(raw)
+                name, args_json = self.name_and_args(raw)
             elif raw.strip():
                 args_json = self._converted_args(raw, name)
             else:

@@ -2,9 +2,9 @@
 (``vllm/reasoning/mistral_reasoning_parser.py``, over ``MistralParser`` in
 ``vllm/parser/mistral.py``), reasoning part only.
 
-Reasoning is ``[THINK]...[/THINK]`` (Magistral; special tokens in the vocabulary). Behaviour
-reproduced (the engine is ``gateway.parsers.mistral_tool.MistralEngine``, run with tool
-parsing off, as ``DelegatingParser`` runs it):
+Reasoning is ``[THINK]...[/THINK]`` (Magistral; special tokens in the vocabulary). The engine is
+``gateway.parsers.mistral_tool.MistralEngine`` served as a reasoning parser
+(``marker_engine.EngineReasoningParser``, tool parsing off, as ``DelegatingParser`` runs it):
 
 - Output starts as content; ``[THINK]`` opens reasoning (a repeated one is dropped),
   ``[/THINK]`` closes it; ``[TOOL_CALLS]`` also ends it and stays in the content for the tool
@@ -14,7 +14,8 @@ parsing off, as ``DelegatingParser`` runs it):
 - Streaming: until reasoning ends, deltas go through the engine (whitespace-only content held
   back until text or the end); the delta that ends it returns the rest of its text as content,
   and later deltas are passed through raw. A stream that never ends reasoning is flushed at the
-  end (a trailing partial marker included, not stripped).
+  end (a trailing partial marker included, not stripped). Markers count when whole inside one
+  delta (vLLM matches them by token id).
 - A vocabulary without ``[THINK]`` (``think_tokens=False``) has no reasoning: everything is
   content from the start, as in vLLM.
 """
@@ -23,16 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from gateway.parsers.base import DeltaMessage, ParserContext, ReasoningParser, ReasoningResult
+from gateway.parsers.base import ParserContext
+from gateway.parsers.marker_engine import EngineReasoningParser
 from gateway.parsers.mistral_tool import THINK_END, THINK_START, TOOL_CALLS, MistralEngine
 
 
-class MistralReasoningParser(ReasoningParser):
+class MistralReasoningParser(EngineReasoningParser):
     name = "mistral"
     start_marker = THINK_START
     end_marker = THINK_END
-    keeps_special_tokens = True  # vLLM's parser-engine adapters always turn skipping off
-    engine_based = True
 
     @classmethod
     def for_request(cls, context: ParserContext) -> MistralReasoningParser:
@@ -40,25 +40,11 @@ class MistralReasoningParser(ReasoningParser):
         return cls(think_tokens=THINK_START in context.vocab)
 
     def __init__(self, *, think_tokens: bool = True) -> None:
+        # prompt_ends_reasoning (the engine's is_reasoning_end): the last of [THINK] /
+        # [/THINK] / [TOOL_CALLS] decides, so an earlier turn's tool call counts as an end;
+        # no marker: not ended. Without [THINK] reasoning has always ended.
         self._think_tokens = think_tokens
-        self._engine = MistralEngine(think=True, skip_tools=True)
-        self._ended = not think_tokens
-
-    @property
-    def reasoning_ended(self) -> bool:
-        return self._ended
-
-    def prompt_ends_reasoning(self, prompt_tokens: Sequence[str]) -> bool:
-        # vLLM's ParserEngine.is_reasoning_end: the last of [THINK] / [/THINK] / [TOOL_CALLS]
-        # decides, so an earlier turn's tool call counts as an end; no marker: not ended.
-        if not self._think_tokens:
-            return True
-        for token in reversed(prompt_tokens):
-            if token in (THINK_END, TOOL_CALLS):
-                return True
-            if token == THINK_START:
-                return False
-        return False
+        super().__init__(MistralEngine(think=think_tokens))
 
     def count_reasoning_tokens(self, token_texts: Sequence[str], specials: Collection[str]) -> int:
         # vLLM's engine counts the text tokens it reads inside [THINK]...[/THINK], not the
@@ -75,26 +61,3 @@ class MistralReasoningParser(ReasoningParser):
             elif inside and token and token not in specials:
                 count += 1
         return count
-
-    def extract(self, text: str) -> ReasoningResult:
-        if not self._think_tokens:
-            return ReasoningResult(None, text)
-        return ReasoningResult(*MistralEngine(think=True, skip_tools=True).split_reasoning(text))
-
-    def feed(self, delta_text: str) -> DeltaMessage | None:
-        if self._ended:
-            return DeltaMessage(content=delta_text)
-        msg = self._engine.stream(delta_text)
-        if not self._engine.reasoning_ended:
-            return msg
-        # The delta that ended reasoning: its content plus whatever the engine still held.
-        self._ended = True
-        flushed = self._engine.finish_stream()
-        content = ((msg and msg.content) or "") + ((flushed and flushed.content) or "")
-        if content:
-            msg = msg or DeltaMessage()
-            msg.content = content
-        return msg
-
-    def finish(self) -> DeltaMessage | None:
-        return None if self._ended else self._engine.finish_stream()
