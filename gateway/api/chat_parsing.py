@@ -140,6 +140,7 @@ class ChatParsing:
             vocab=vocab.added_tokens,
             reasoning_parser=self._reasoning_name,
             tool_parser=self._tool_name,
+            tool_choice=request.tool_choice,
         )
         probe = self.new_reasoning_parser()
         self.prompt_ends_reasoning = probe is None or probe.prompt_ends_reasoning(prompt_tokens)
@@ -204,7 +205,8 @@ class ChoiceParser:
         self.call_count = 0  # calls sent (whole) or started (streamed)
         self.failed = False  # whether the whole reply had call markup the parser could not read
         # vLLM's _engine_based: both parsers run on its parser engine. Its tool parser then
-        # also reads calls under tool_choice "none" (and drops them), and a reply without
+        # also reads calls under tool_choice "none" (suppressed: the parser built from the
+        # context's tool_choice drops the markup and reports none), and a reply without
         # calls keeps the tool parser's content (incomplete call markup left out).
         self.engine_based = (reasoning is None or reasoning.engine_based) and (
             tools is not None and tools.engine_based

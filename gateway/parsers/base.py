@@ -65,6 +65,9 @@ class ParserContext:
     vocab: Collection[str] = ()
     reasoning_parser: str | None = None
     tool_parser: str | None = None
+    # The request's tool_choice: vLLM's engine-based tool parsers read calls under "none" but
+    # suppress them (the call markup is dropped, the text around it kept as written).
+    tool_choice: Any = "auto"
 
 
 @dataclass(frozen=True)

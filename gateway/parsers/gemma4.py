@@ -48,6 +48,7 @@ from gateway.parsers.marker_engine import (
     Event,
     Grammar,
     State,
+    suppresses_calls,
 )
 
 CHANNEL_START = "<|channel>"
@@ -332,9 +333,12 @@ class Gemma4ToolParser(EngineToolParser):
         tools: Sequence[Mapping[str, Any]] | None = None,
         special_tokens: Collection[str] = (),
         after_reasoning_parser: bool = False,
+        suppress_calls: bool = False,
     ) -> None:
         engine = Gemma4Engine(thinking=enable_thinking, tools=tools, special_tokens=special_tokens)
-        super().__init__(engine, after_reasoning_parser=after_reasoning_parser)
+        super().__init__(
+            engine, after_reasoning_parser=after_reasoning_parser, suppress_calls=suppress_calls
+        )
 
     @classmethod
     def for_request(cls, context: ParserContext) -> Gemma4ToolParser:
@@ -343,6 +347,7 @@ class Gemma4ToolParser(EngineToolParser):
             tools=context.tools,
             special_tokens=context.special_tokens,
             after_reasoning_parser=context.reasoning_parser is not None,
+            suppress_calls=suppresses_calls(context),
         )
 
 

@@ -60,6 +60,7 @@ from gateway.parsers.marker_engine import (
     Event,
     Grammar,
     State,
+    suppresses_calls,
 )
 from gateway.parsers.tool_constraints import (
     STRICT_FUNCTION,
@@ -315,9 +316,12 @@ class Glm45ToolParser(EngineToolParser):
         tools: Sequence[Mapping[str, Any]] | None = None,
         special_tokens: Collection[str] = GLM_SPECIAL_TOKENS,
         after_reasoning_parser: bool = False,
+        suppress_calls: bool = False,
     ) -> None:
         engine = Glm45Engine(thinking=thinking, tools=tools, special_tokens=special_tokens)
-        super().__init__(engine, after_reasoning_parser=after_reasoning_parser)
+        super().__init__(
+            engine, after_reasoning_parser=after_reasoning_parser, suppress_calls=suppress_calls
+        )
 
     @classmethod
     def for_request(cls, context: ParserContext) -> Glm45ToolParser:
@@ -326,6 +330,7 @@ class Glm45ToolParser(EngineToolParser):
             tools=context.tools,
             special_tokens=context.special_tokens or GLM_SPECIAL_TOKENS,
             after_reasoning_parser=context.reasoning_parser is not None,
+            suppress_calls=suppresses_calls(context),
         )
 
     def structural_tag(

@@ -46,6 +46,7 @@ from gateway.parsers.marker_engine import (
     Event,
     Grammar,
     State,
+    suppresses_calls,
 )
 from gateway.parsers.tool_constraints import (
     ToolChoice,
@@ -236,13 +237,16 @@ class KimiK2ToolParser(EngineToolParser):
         tools: Sequence[Mapping[str, Any]] | None = None,
         special_tokens: Collection[str] = (),
         after_reasoning_parser: bool = False,
+        suppress_calls: bool = False,
     ) -> None:
         engine = KimiK2Engine(
             thinking=thinking_enabled(thinking, enable_thinking),
             tools=tools,
             special_tokens=special_tokens,
         )
-        super().__init__(engine, after_reasoning_parser=after_reasoning_parser)
+        super().__init__(
+            engine, after_reasoning_parser=after_reasoning_parser, suppress_calls=suppress_calls
+        )
 
     @classmethod
     def for_request(cls, context: ParserContext) -> KimiK2ToolParser:
@@ -253,6 +257,7 @@ class KimiK2ToolParser(EngineToolParser):
             tools=context.tools,
             special_tokens=context.special_tokens,
             after_reasoning_parser=context.reasoning_parser is not None,
+            suppress_calls=suppresses_calls(context),
         )
 
     def structural_tag(

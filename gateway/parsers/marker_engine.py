@@ -37,6 +37,7 @@ from typing import Any
 from gateway.parsers.base import (
     DeltaMessage,
     DeltaToolCall,
+    ParserContext,
     ReasoningParser,
     ReasoningResult,
     ToolCall,
@@ -708,6 +709,10 @@ class Engine:
         self.tools = list(tools) if tools else None
         self.machine = Machine(grammar, special_tokens)
         self.streaming_initialized = False
+        # vLLM's ``_suppress_tool_calls`` (tool_choice "none"): tool events are ignored, so the
+        # call markup is dropped while the text around it stays content as written. Kept
+        # across resets, as vLLM's flag is.
+        self.suppress_calls = False
         self.reset()
 
     def reset(self, initial_state: State | None = None) -> None:
@@ -762,6 +767,8 @@ class Engine:
             elif event.type == Ev.REASONING_END:
                 self.reasoning_ended = True
             elif event.type in (Ev.TOOL_START, Ev.TOOL_NAME, Ev.ARGS, Ev.TOOL_END):
+                if self.suppress_calls:
+                    continue  # no slot, no deferral: neighbouring text is never trimmed
                 seen_tool_event = True
                 self._on_tool_event(event, calls)
         if len(calls) > 1:
@@ -1054,17 +1061,27 @@ def _coalesce(calls: list[DeltaToolCall]) -> list[DeltaToolCall]:
 # ── Served as parsers (``adapters.py`` under ``DelegatingParser``) ─────────────────────────
 
 
+def suppresses_calls(context: ParserContext) -> bool:
+    """vLLM's ``ParserEngine._check_skip_tool_parsing``: tool_choice "none" with tools offered
+    suppresses the calls."""
+    return context.tool_choice == "none" and bool(context.tools)
+
+
 class EngineToolParser(ToolParser):
     """An engine served as vLLM's ``--tool-call-parser``: it reads content, starting outside
     reasoning. ``after_reasoning_parser`` says whether a reasoning parser runs first: without one
-    vLLM passes reasoning-only markers through as content instead of consuming them."""
+    vLLM passes reasoning-only markers through as content instead of consuming them.
+    ``suppress_calls`` (see ``suppresses_calls``): calls are read but never reported."""
 
     keeps_special_tokens = True  # the engines' markers are special tokens
     engine_based = True
 
-    def __init__(self, engine: Engine, *, after_reasoning_parser: bool = False) -> None:
+    def __init__(
+        self, engine: Engine, *, after_reasoning_parser: bool = False, suppress_calls: bool = False
+    ) -> None:
         self._engine = engine
         engine.machine.skip_reasoning_parsing = not after_reasoning_parser
+        engine.suppress_calls = suppress_calls
 
     def extract(self, text: str) -> ToolCallResult:
         _, content, calls = self._engine.single_pass(text, State.CONTENT)

@@ -51,7 +51,15 @@ from gateway.parsers.base import (
     ToolCallResult,
     ToolParser,
 )
-from gateway.parsers.marker_engine import Engine, EngineToolParser, Ev, Grammar, Slot, State
+from gateway.parsers.marker_engine import (
+    Engine,
+    EngineToolParser,
+    Ev,
+    Grammar,
+    Slot,
+    State,
+    suppresses_calls,
+)
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -178,13 +186,18 @@ class MistralToolParser(EngineToolParser):
             context.vocab,
             tools=list(context.tools or []),
             reasoning=context.reasoning_parser == "mistral",
+            suppress_calls=suppresses_calls(context),
         )
 
     def __init__(
-        self, *, tools: list[dict[str, Any]] | None = None, reasoning: bool = False
+        self,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        reasoning: bool = False,
+        suppress_calls: bool = False,
     ) -> None:
         engine = MistralEngine(think=reasoning, tools=tools)
-        super().__init__(engine, after_reasoning_parser=reasoning)
+        super().__init__(engine, after_reasoning_parser=reasoning, suppress_calls=suppress_calls)
 
 
 class _LegacyState(Enum):
@@ -385,9 +398,15 @@ def _cut(text: str, stops: str) -> tuple[str, str]:
 
 
 def mistral_tool_parser(
-    vocab: Container[str], *, tools: list[dict[str, Any]] | None = None, reasoning: bool = False
+    vocab: Container[str],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    reasoning: bool = False,
+    suppress_calls: bool = False,
 ) -> ToolParser:
     """The ``mistral`` tool parser vLLM uses with this (Hugging Face) vocabulary."""
     if ARGS not in vocab:
         return MistralPreV11ToolParser()
-    return MistralToolParser(tools=tools, reasoning=reasoning and THINK_START in vocab)
+    return MistralToolParser(
+        tools=tools, reasoning=reasoning and THINK_START in vocab, suppress_calls=suppress_calls
+    )

@@ -45,7 +45,14 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.parsers.base import ParserContext
-from gateway.parsers.marker_engine import Engine, EngineToolParser, Ev, Grammar, State
+from gateway.parsers.marker_engine import (
+    Engine,
+    EngineToolParser,
+    Ev,
+    Grammar,
+    State,
+    suppresses_calls,
+)
 from gateway.parsers.tool_constraints import (
     ToolChoice,
     arguments_schema,
@@ -189,9 +196,12 @@ class Qwen3CoderToolParser(EngineToolParser):
         tools: Sequence[Mapping[str, Any]] | None = None,
         special_tokens: Collection[str] = QWEN3_SPECIAL_TOKENS,
         after_reasoning_parser: bool = False,
+        suppress_calls: bool = False,
     ) -> None:
         engine = Engine(QWEN3_GRAMMAR, tools=tools, special_tokens=special_tokens)
-        super().__init__(engine, after_reasoning_parser=after_reasoning_parser)
+        super().__init__(
+            engine, after_reasoning_parser=after_reasoning_parser, suppress_calls=suppress_calls
+        )
 
     @classmethod
     def for_request(cls, context: ParserContext) -> Qwen3CoderToolParser:
@@ -199,6 +209,7 @@ class Qwen3CoderToolParser(EngineToolParser):
             tools=context.tools,
             special_tokens=context.special_tokens or QWEN3_SPECIAL_TOKENS,
             after_reasoning_parser=context.reasoning_parser is not None,
+            suppress_calls=suppresses_calls(context),
         )
 
     def structural_tag(

@@ -795,13 +795,6 @@ def _case_id(case: Case) -> str:
 
 # ── Known differences: inside the parsers, not the orchestration ─────────────────────────────
 
-SUPPRESSED_CALLS = (
-    'tool_choice "none": vLLM runs its engine-based tool parsers with calls suppressed '
-    "(ParserEngine._suppress_tool_calls, set from the request), so the call markup is dropped "
-    "but the text and whitespace next to it stay content as written (streamed too); ours read "
-    'as under "auto", where content next to calls is trimmed or nulled. The tool parsers get '
-    "no tool_choice (ParserContext): a fix in gateway/parsers, not chat_parsing"
-)
 OPEN_CHANNEL = (
     "gemma4, prompt ending inside <|channel>thought: vLLM's Gemma4 parser starts the stream in "
     "reasoning (adjust_initial_state_from_prompt); our reasoning parsers have no such hook "
@@ -828,42 +821,6 @@ KNOWN_DIFFERENCES = {
             )
         ],
         PRE_V11_NONE,
-    ),
-    **dict.fromkeys(
-        [
-            "token:glm45+glm45-parallel_calls-none-default",
-            "token:glm45+glm45-thought_parallel_calls-none-default",
-            "token:glm45+glm45-thought_single_call-none-default",
-            "token:glm45+glm45-thought_single_call-none-default-hidden_reasoning",
-            "token:kimi_k2+kimi_k2-reasoning_then_call-none-default",
-            "token:kimi_k2+kimi_k2-reasoning_then_call-none-default-hidden_reasoning",
-            "token:mistral+mistral-reasoning_then_call-none-default",
-            "token:mistral+mistral-reasoning_then_call-none-default-hidden_reasoning",
-            "token:qwen3+qwen3_coder-no_start_tag-none-default",
-            "token:qwen3+qwen3_coder-parallel_calls-none-default",
-            "token:qwen3+qwen3_coder-thought_parallel_calls-none-default",
-            "token:qwen3+qwen3_coder-thought_single_call-none-default",
-            "token:qwen3+qwen3_coder-thought_single_call-none-default-hidden_reasoning",
-            "whole:gemma4+gemma4-text_before_call-none-default",
-            "whole:glm45+glm45-parallel_calls-none-default",
-            "whole:glm45+glm45-thought_parallel_calls-none-default",
-            "whole:glm45+glm45-thought_single_call-none-default",
-            "whole:glm45+glm45-thought_single_call-none-default-hidden_reasoning",
-            "whole:glm45+glm45-thought_single_call-none-thinking_off",
-            "whole:glm45+glm45-unknown_tool_dropped-none-default",
-            "whole:kimi_k2+kimi_k2-reasoning_then_call-none-default",
-            "whole:kimi_k2+kimi_k2-reasoning_then_call-none-default-hidden_reasoning",
-            "whole:mistral+mistral-reasoning_then_call-none-default",
-            "whole:mistral+mistral-reasoning_then_call-none-default-hidden_reasoning",
-            "whole:mistral+mistral-text_before_call-none-default",
-            "whole:qwen3+qwen3_coder-no_start_tag-none-default",
-            "whole:qwen3+qwen3_coder-parallel_calls-none-default",
-            "whole:qwen3+qwen3_coder-thought_parallel_calls-none-default",
-            "whole:qwen3+qwen3_coder-thought_single_call-none-default",
-            "whole:qwen3+qwen3_coder-thought_single_call-none-default-hidden_reasoning",
-            "whole:qwen3+qwen3_coder-thought_single_call-none-thinking_off",
-        ],
-        SUPPRESSED_CALLS,
     ),
     **dict.fromkeys(
         [
