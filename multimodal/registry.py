@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 
 from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, UnsupportedModel
 from multimodal.processors.gemma3 import Gemma3Processor
+from multimodal.processors.idefics3 import Idefics3Processor, SmolVLMProcessor
 from multimodal.processors.internvl import InternVLProcessor
 from multimodal.processors.llama4 import Llama4Processor
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
+from multimodal.processors.llava_onevision import LlavaOnevisionProcessor
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
 
@@ -18,10 +20,13 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     QwenVLProcessor,
     LlavaProcessor,
     LlavaNextProcessor,
+    LlavaOnevisionProcessor,
     Llama4Processor,
     Mistral3Processor,
     PixtralHFProcessor,
     Gemma3Processor,
+    Idefics3Processor,
+    SmolVLMProcessor,
     InternVLProcessor,
 )
 

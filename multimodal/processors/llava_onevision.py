@@ -1,0 +1,138 @@
+"""LLaVA-OneVision images: LLaVA-NeXT's "anyres" tiles, with OneVision's token cap and defaults.
+
+The pixels are LLaVA-NeXT's (llava_next.py, reused as is): transformers'
+LlavaOnevisionImageProcessor (torchvision backend) picks the best of `image_grid_pinpoints`,
+fits and zero-pads the image to it, cuts 384px tiles, puts the whole image resized to `size`
+first, resizes every tile to `size` (no center crop) and normalizes; a request's images are
+zero-padded to the same tile count. What differs, and lives here:
+
+- Token count: vLLM's LlavaOnevisionProcessingInfo._get_num_unpadded_features adds the
+  "anyres_max_9" cap to LLaVA-NeXT's count: when the unpadded feature map holds more than
+  1.1^2 x 9 tiles' worth, it is shrunk to int(side // ratio). vLLM hardcodes the 9 (its model
+  merges with "anyres_max_9" too) where transformers reads the processor's vision_aspect_ratio:
+  vLLM is followed.
+- Several images: vLLM hands its images to the image processor as one flat list, so every
+  image is tiled and counted on its own; transformers' processor, given several images for one
+  text, turns tiling off (pad to square, one tile, 729 + 1 tokens each). vLLM is the reference:
+  every image here is tiled, whatever the number of images in the request.
+- Defaults: LlavaOnevisionImageProcessor's (size 384x384, no crop, its 36 pinpoints) and
+  LlavaOnevisionConfig's (SigLIP tower 384/14, "full" feature selection, image token 151646)
+  when a config leaves them out.
+
+Images only; OneVision's video path (pooled frames) is not here yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from multimodal.processors.base import ModelConfigs
+from multimodal.processors.llava import TowerSettings, family_matches, tower_settings
+from multimodal.processors.llava_next import AnyresSettings, LlavaNextProcessor, unpadded_features
+from multimodal.processors.llava_next import _pinpoints as _checked_pinpoints
+from multimodal.processors.pixels import PixelPipeline, pixel_settings
+from multimodal.processors.transforms import select_best_resolution
+
+MODEL_TYPES = ("llava_onevision",)
+IMAGE_PROCESSORS = ("LlavaOnevisionImageProcessor",)
+# LlavaOnevisionImageProcessor's and LlavaOnevisionConfig's default pinpoints: 384 x 1..6 each way.
+DEFAULT_PINPOINTS = tuple((384 * h, 384 * w) for h in range(1, 7) for w in range(1, 7))
+DEFAULT_SIZE = {"height": 384, "width": 384}
+# LlavaOnevisionConfig's tower when config.json has none (its __post_init__).
+DEFAULT_VISION = {"model_type": "siglip_vision_model", "image_size": 384, "patch_size": 14}
+DEFAULT_IMAGE_TOKEN_INDEX = 151646
+# The "anyres_max_9" of vLLM's count and merge: at most about 9 tiles' worth of features.
+MAX_TILES = 9
+
+
+def capped_features(
+    height: int, width: int, npatches: int, num_patch_height: int, num_patch_width: int
+) -> tuple[int, int]:
+    """vLLM's LlavaOnevisionProcessingInfo._get_num_unpadded_features: LLaVA-NeXT's unpadded
+    features and newlines, then the anyres_max_9 shrink."""
+    unpadded, rows = unpadded_features(height, width, npatches, num_patch_height, num_patch_width)
+    cols = unpadded // rows
+    ratio = math.sqrt(rows * cols / (MAX_TILES * npatches**2))
+    if ratio > 1.1:
+        # int() of a float floor division, as vLLM (and the model's interpolate size) has it
+        rows, cols = int(rows // ratio), int(cols // ratio)
+        return rows * cols, rows
+    return unpadded, rows
+
+
+def num_image_tokens(
+    height: int, width: int, tower: TowerSettings, pinpoints: Sequence[Sequence[int]]
+) -> int:
+    """vLLM's LlavaOnevisionProcessingInfo.get_num_image_tokens for an image of this size."""
+    best_h, best_w = select_best_resolution(height, width, pinpoints)
+    features, newlines = capped_features(
+        height, width, tower.grid, best_h // tower.image_size, best_w // tower.image_size
+    )
+    return features + newlines + tower.base_tokens()
+
+
+class LlavaOnevisionProcessor(LlavaNextProcessor):
+    """LLaVA-NeXT's tiles and tensors (pixel_values per image with its tiles, image_sizes kept
+    on CPU, both batched), counted the OneVision way."""
+
+    family = "llava_onevision"
+    title = "LLaVA-OneVision"
+    placeholder_text = "<image>"  # LlavaOnevisionForConditionalGeneration.get_placeholder_str
+
+    @classmethod
+    def matches(cls, files: ModelConfigs) -> bool:
+        return family_matches(_with_defaults(files), MODEL_TYPES, IMAGE_PROCESSORS)
+
+    @classmethod
+    def from_files(cls, files: ModelConfigs) -> LlavaOnevisionProcessor:
+        files = _with_defaults(files)
+        pre = files.preprocessor
+        size = dict(pre.get("size") or DEFAULT_SIZE)
+        # do_pad pads the tile count for batching (not to a square); the class's
+        # do_center_crop is None, i.e. no crop, where pixel_settings would default to one.
+        crop_on = bool(pre.get("do_center_crop"))
+        settings = pixel_settings({**pre, "size": size, "do_pad": False, "do_center_crop": crop_on})
+        if size.get("height") and size.get("width"):
+            base_hw = (int(size["height"]), int(size["width"]))
+        else:
+            base_hw = (int(size["shortest_edge"]),) * 2
+        crop = pre.get("crop_size") or {}
+        tile = int(crop.get("height") or base_hw[0])  # the image processor's patch_size
+        anyres = AnyresSettings(
+            pinpoints=_pinpoints(pre.get("image_grid_pinpoints")), base_hw=base_hw, tile=tile
+        )
+        model_pinpoints = _pinpoints(files.config.get("image_grid_pinpoints"))
+        return cls(PixelPipeline(settings), anyres, tower_settings(files), model_pinpoints)
+
+    def num_image_tokens(self, height: int, width: int) -> int:
+        return num_image_tokens(height, width, self.tower, self.model_pinpoints)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Defaulted:
+    """A model's files with LlavaOnevisionConfig's defaults filled into config.json, so the
+    shared LLaVA tower reader (whose defaults are LlavaConfig's) sees OneVision's."""
+
+    config: Mapping[str, Any]
+    preprocessor: Mapping[str, Any]
+    vocab: Mapping[str, int]
+    tokenizer: Any
+
+
+def _with_defaults(files: ModelConfigs) -> ModelConfigs:
+    config = dict(files.config)
+    vision = dict(config.get("vision_config") or DEFAULT_VISION)
+    vision.setdefault("model_type", "siglip_vision_model")
+    config["vision_config"] = vision
+    config.setdefault("vision_feature_select_strategy", "full")
+    if "image_token_index" not in config and "image_token_id" not in config:
+        config["image_token_index"] = DEFAULT_IMAGE_TOKEN_INDEX
+    return _Defaulted(config, files.preprocessor, files.vocab, getattr(files, "tokenizer", None))
+
+
+def _pinpoints(value: Any) -> tuple[tuple[int, int], ...]:
+    """OneVision's default pinpoints when unset, else LLaVA-NeXT's checks."""
+    return DEFAULT_PINPOINTS if value is None else _checked_pinpoints(value)
