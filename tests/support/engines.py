@@ -73,20 +73,38 @@ class WorkerProcess:
     ) -> None:
         refuse_in_fast_tests(f"{type(self).__name__} on {model}")
         self.host, self.port = host, port or free_port()
+        self._chosen_port = port is None
         self.address = f"{host}:{self.port}"
         self.log_path = log_path
-        args = engine_cli_args({"model": str(model), **ENGINE_KWARGS, **extra})
-        cmd = self.command(args)
-        self._log = open(log_path, "w")  # noqa: SIM115 - lives as long as the process
+        self._args = engine_cli_args({"model": str(model), **ENGINE_KWARGS, **extra})
+        self._start()
+
+    def _start(self) -> None:
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the process
         # Its own process group: kill() takes vLLM's EngineCore child down with it.
         self.proc = subprocess.Popen(
-            cmd,
+            self.command(self._args),
             cwd=ROOT,
             env={**os.environ, **ENGINE_ENV},
             stdout=self._log,
             stderr=self._log,
             start_new_session=True,
         )
+
+    def _restart_on_a_taken_port(self) -> bool:
+        """A port from free_port() can be taken before the process binds it (another engine's
+        internal sockets pick ephemeral ports too): start again on a fresh one."""
+        taken = any(s in self.log_tail() for s in ("Failed to bind", "Address already in use"))
+        if not (self._chosen_port and taken):
+            return False
+        self._log.close()
+        if hasattr(self, "_channel"):  # it points at the old port
+            self._channel.close()
+            del self._channel
+        self.port = free_port()
+        self.address = f"{self.host}:{self.port}"
+        self._start()
+        return True
 
     def command(self, args: list[str]) -> list[str]:
         bind = ["--host", self.host, "--port", str(self.port)]
@@ -97,8 +115,12 @@ class WorkerProcess:
 
     def wait_ready(self, timeout: float = 300.0) -> WorkerProcess:
         deadline = time.monotonic() + timeout
+        restarts = 2
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if restarts and self._restart_on_a_taken_port():
+                    restarts -= 1
+                    continue
                 raise RuntimeError(f"worker exited {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 if self.is_ready():
