@@ -17,13 +17,10 @@ from gateway.parsers import (
     tool_parser,
 )
 from gateway.parsers.glm45 import Glm45ReasoningParser, Glm45ToolParser
-from tests.unit.gateway.parsers.test_qwen3_coder_parsers import (
-    TOOLS,
-    ReasoningThenTools,
-    ids_misaligned,
-)
+from tests.unit.gateway.parsers.test_qwen3_coder_parsers import TOOLS, ids_misaligned
 from tests.unit.gateway.parsers.vllm_reference import (
     TOOL_ID_RE,
+    ReasoningThenTools,
     our_stream,
     token_deltas,
     tokenizer,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.parsers import ReasoningParser, ToolParser, reasoning_parser, tool_parser
+from gateway.parsers import reasoning_parser, tool_parser
 from tests.unit.gateway.parsers.vllm_reference import (
     TOOL_ID_RE,
-    Assembled,
+    ReasoningThenTools,
     our_stream,
     token_deltas,
     two_delta_splits,
@@ -54,33 +54,6 @@ def test_streaming_matches_vllm(sample: str) -> None:
         assert ours.comparable() == vllm_stream(deltas, tool="hermes").comparable(), deltas
 
 
-class _ReasoningThenTools:
-    """What the chat service will do: content out of the reasoning parser feeds the tool parser."""
-
-    def __init__(self, reasoning: ReasoningParser, tools: ToolParser) -> None:
-        self.reasoning, self.tools = reasoning, tools
-
-    def run(self, deltas: list[str]) -> Assembled:
-        out = Assembled()
-        for delta in deltas:
-            self._add(out, self.reasoning.feed(delta))
-        self._add(out, self.reasoning.finish())
-        self._add(out, self.tools.finish())
-        return out
-
-    def _add(self, out: Assembled, msg) -> None:
-        if msg is None:
-            return
-        out.add(msg.reasoning, None, [])
-        if msg.content and self.reasoning.reasoning_ended:
-            msg = self.tools.feed(msg.content)
-            if msg is not None:
-                calls = [(c.index, c.id, c.name, c.arguments) for c in msg.tool_calls]
-                out.add(None, msg.content, calls)
-        elif msg.content:
-            out.add(None, msg.content, [])
-
-
 @pytest.mark.parametrize(
     "text",
     [f"<think>Call it.</think>\n\n{PARIS}", f"<think>Call it.{PARIS}", "<think>a</think>b"],
@@ -92,7 +65,7 @@ def test_qwen3_then_hermes_matches_vllm(text: str) -> None:
     assert (split.reasoning, result.content) == (reasoning, content)
     assert [(c.name, c.arguments) for c in result.tool_calls] == calls
     for deltas in [token_deltas(text), [text], *two_delta_splits(text)]:
-        pipeline = _ReasoningThenTools(reasoning_parser("qwen3"), tool_parser("hermes"))
+        pipeline = ReasoningThenTools(reasoning_parser("qwen3"), tool_parser("hermes"))
         expected = vllm_stream(deltas, tool="hermes", reasoning="qwen3")
         assert pipeline.run(deltas).comparable() == expected.comparable(), deltas
 

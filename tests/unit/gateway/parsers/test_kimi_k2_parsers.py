@@ -9,10 +9,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.parsers import (
-    DeltaMessage,
     ParserContext,
-    ReasoningParser,
-    ToolParser,
     reasoning_parser,
     tool_parser,
 )
@@ -21,6 +18,7 @@ from tests.unit.gateway.parsers.vllm_reference import (
     TOOL_ID_RE,
     TOOLS,
     Assembled,
+    ReasoningThenTools,
     our_stream,
     token_deltas,
     tokenizer,
@@ -158,37 +156,6 @@ def test_reasoning_streaming_matches_vllm(sample: str, variant: str) -> None:
         assert _comparable(ours) == _comparable(expected), deltas
 
 
-class _ReasoningThenTools:
-    """What the chat service will do: content out of the reasoning parser feeds the tool parser,
-    once reasoning has ended; the tool parser's end-of-stream flush may carry call pieces."""
-
-    def __init__(self, reasoning: ReasoningParser, tools: ToolParser) -> None:
-        self.reasoning, self.tools = reasoning, tools
-
-    def run(self, deltas: list[str]) -> Assembled:
-        out = Assembled()
-        for delta in deltas:
-            self._route(out, self.reasoning.feed(delta))
-        self._route(out, self.reasoning.finish())
-        self._add(out, self.tools.finish())
-        return out
-
-    def _route(self, out: Assembled, msg: DeltaMessage | None) -> None:
-        if msg is None:
-            return
-        out.add(msg.reasoning, None, [])
-        if msg.content and self.reasoning.reasoning_ended:
-            self._add(out, self.tools.feed(msg.content))
-        elif msg.content:
-            out.add(None, msg.content, [])
-
-    @staticmethod
-    def _add(out: Assembled, msg: DeltaMessage | None) -> None:
-        if msg is not None:
-            calls = [(c.index, c.id, c.name, c.arguments) for c in msg.tool_calls]
-            out.add(msg.reasoning, msg.content, calls)
-
-
 CHAINED = [
     f"<think>Call it.</think>\n\n{SECTION}{PARIS}{SECTION_END}",
     f"<think>Call it.{SECTION}{PARIS}{SECTION_END}",
@@ -213,7 +180,7 @@ def test_reasoning_then_tools_matches_vllm(text: str, variant: str) -> None:
     assert (split.reasoning, result.content) == (reasoning, content)
     assert [(c.id, c.name, c.arguments) for c in result.tool_calls] == calls
     for deltas in _all_deltas(text):
-        pipeline = _ReasoningThenTools(
+        pipeline = ReasoningThenTools(
             _reasoning(**kwargs), _tools(after_reasoning_parser=True, **kwargs)
         )
         expected = vllm_stream_kwargs(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.parsers import DeltaMessage, ReasoningParser, ToolParser, reasoning_parser, tool_parser
+from gateway.parsers import ToolParser, reasoning_parser, tool_parser
 from gateway.parsers.mistral_reasoning import MistralReasoningParser
 from gateway.parsers.mistral_tool import (
     MistralPreV11ToolParser,
@@ -17,6 +17,7 @@ from gateway.parsers.mistral_tool import (
 )
 from tests.unit.gateway.parsers.vllm_reference import (
     Assembled,
+    ReasoningThenTools,
     our_stream,
     token_deltas,
     tokenizer,
@@ -225,36 +226,6 @@ def test_reasoning_parser_without_think_tokens_is_content(text: str) -> None:
     assert _comparable(ours) == _comparable(expected)
 
 
-class _ReasoningThenTools:
-    """What the chat service will do: content out of the reasoning parser feeds the tool parser
-    once reasoning has ended (reasoning the tool parser finds is reasoning too)."""
-
-    def __init__(self, reasoning: ReasoningParser, tools: ToolParser) -> None:
-        self.reasoning, self.tools = reasoning, tools
-
-    def run(self, deltas: list[str]) -> Assembled:
-        out = Assembled()
-        for delta in deltas:
-            self._add(out, self.reasoning.feed(delta))
-        self._add(out, self.reasoning.finish())
-        self._add_tools(out, self.tools.finish())
-        return out
-
-    def _add(self, out: Assembled, msg: DeltaMessage | None) -> None:
-        if msg is None:
-            return
-        out.add(msg.reasoning, None, [])
-        if msg.content and self.reasoning.reasoning_ended:
-            self._add_tools(out, self.tools.feed(msg.content))
-        elif msg.content:
-            out.add(None, msg.content, [])
-
-    def _add_tools(self, out: Assembled, msg: DeltaMessage | None) -> None:
-        if msg is not None:
-            calls = [(c.index, c.id, c.name, c.arguments) for c in msg.tool_calls]
-            out.add(msg.reasoning, msg.content, calls)
-
-
 COMBINED = [
     "reasoning_then_call",
     "call_inside_reasoning",
@@ -277,7 +248,7 @@ def test_reasoning_then_tools_matches_vllm(text: str) -> None:
     assert [(c.name, c.arguments) for c in result.tool_calls] == calls
     for deltas in [token_deltas(text, V11_THINK), [text], *_splits(text, whole_markers=True)]:
         tools = mistral_tool_parser(V11_THINK.get_vocab(), reasoning=True)
-        ours = _ReasoningThenTools(reasoning_parser("mistral"), tools).run(deltas)
+        ours = ReasoningThenTools(reasoning_parser("mistral"), tools).run(deltas)
         expected = vllm_stream(deltas, tool="mistral", reasoning="mistral", tok=V11_THINK)
         assert _comparable(ours) == _comparable(expected), deltas
 

@@ -7,7 +7,6 @@ import pytest
 
 from gateway.parsers import (
     TOOL_PARSERS,
-    ReasoningParser,
     ToolParser,
     reasoning_parser,
     tool_parser,
@@ -15,7 +14,7 @@ from gateway.parsers import (
 from gateway.parsers.qwen3_coder_tool import Qwen3CoderToolParser
 from tests.unit.gateway.parsers.vllm_reference import (
     TOOL_ID_RE,
-    Assembled,
+    ReasoningThenTools,
     our_stream,
     token_deltas,
     tokenizer,
@@ -175,37 +174,6 @@ def ids_misaligned(deltas: list[str], consumed: tuple[str, ...] = ()) -> bool:
                 m in delta[last_end:] for m in consumed
             )
     return False
-
-
-class ReasoningThenTools:
-    """The chat service's pipeline: content out of the reasoning parser feeds the tool parser
-    (which may itself return reasoning: vLLM's engine reads <think> there too)."""
-
-    def __init__(self, reasoning: ReasoningParser, tools: ToolParser) -> None:
-        self.reasoning, self.tools = reasoning, tools
-
-    def run(self, deltas: list[str]) -> Assembled:
-        out = Assembled()
-        for delta in deltas:
-            self._add(out, self.reasoning.feed(delta))
-        self._add(out, self.reasoning.finish())
-        self._add_tools(out, self.tools.finish())
-        return out
-
-    def _add(self, out: Assembled, msg) -> None:
-        if msg is None:
-            return
-        out.add(msg.reasoning, None, [])
-        if msg.content and self.reasoning.reasoning_ended:
-            self._add_tools(out, self.tools.feed(msg.content))
-        elif msg.content:
-            out.add(None, msg.content, [])
-
-    @staticmethod
-    def _add_tools(out: Assembled, msg) -> None:
-        if msg is not None:
-            calls = [(c.index, c.id, c.name, c.arguments) for c in msg.tool_calls]
-            out.add(msg.reasoning, msg.content, calls)
 
 
 def _after_reasoning() -> Qwen3CoderToolParser:

@@ -236,3 +236,35 @@ def vllm_prompt_ends_reasoning(
     ids = tok.encode(prompt)
     parser = _vllm_parser_kwargs(None, reasoning, tok, TOOLS, chat_template_kwargs)
     return parser.is_reasoning_end(ids), [tok.decode([i]) for i in ids]
+
+
+class ReasoningThenTools:
+    """A reasoning parser chained into a tool parser, as the chat service chains them: content
+    out of the reasoning parser feeds the tool parser once reasoning has ended; the tool
+    parser's end-of-stream flush may carry call pieces (and reasoning it found)."""
+
+    def __init__(self, reasoning: ReasoningParser, tools: ToolParser) -> None:
+        self.reasoning, self.tools = reasoning, tools
+
+    def run(self, deltas: list[str]) -> Assembled:
+        out = Assembled()
+        for delta in deltas:
+            self._route(out, self.reasoning.feed(delta))
+        self._route(out, self.reasoning.finish())
+        self._add(out, self.tools.finish())
+        return out
+
+    def _route(self, out: Assembled, msg: DeltaMessage | None) -> None:
+        if msg is None:
+            return
+        out.add(msg.reasoning, None, [])
+        if msg.content and self.reasoning.reasoning_ended:
+            self._add(out, self.tools.feed(msg.content))
+        elif msg.content:
+            out.add(None, msg.content, [])
+
+    @staticmethod
+    def _add(out: Assembled, msg: DeltaMessage | None) -> None:
+        if msg is not None:
+            calls = [(c.index, c.id, c.name, c.arguments) for c in msg.tool_calls]
+            out.add(msg.reasoning, msg.content, calls)
