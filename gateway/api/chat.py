@@ -163,6 +163,7 @@ class _Run:
         self.choices = self.generation.choices
         self.usage = self.generation.usage
         # One parser per choice: a parser holds its sequence's streaming state.
+        self._token_texts: dict[int, list[str]] = {}
         self.parsers: list[ChoiceParser | None] = [
             parsing.choice() if parsing is not None else None for _ in self.choices
         ]
@@ -241,8 +242,12 @@ class _Run:
         parser = self.parsers[choice.index]
         if parser is None:
             return 0
+        # Tokens decoded one by one, kept: continuous usage asks again after every event.
+        texts = self._token_texts.setdefault(choice.index, [])
         decode = self.service.tokenizer.decode
-        texts = [decode([i], skip_special_tokens=False) for i in choice.text.token_ids]
+        ids = choice.text.token_ids
+        del texts[len(ids) :]  # a stop string can cut ids off the end
+        texts += [decode([i], skip_special_tokens=False) for i in ids[len(texts) :]]
         return parser.reasoning_tokens(texts, self.service.vocab.special_tokens)
 
     async def sse(self) -> AsyncIterator[str]:
