@@ -134,6 +134,7 @@ def _family_dirs() -> dict:
         gemma3_models,
         internvl_models,
         llama4_models,
+        llava_onevision_models,
         pixtral_models,
         qwen35_models,
     )
@@ -145,12 +146,13 @@ def _family_dirs() -> dict:
         "mistral3": lambda out: pixtral_models.build_model(out, weights=False),
         "pixtral": lambda out: pixtral_models.build_model(out, weights=False, kind="pixtral"),
         "llama4": lambda out: llama4_models.build_model(out, weights=False),
+        "llava_onevision": lambda out: llava_onevision_models.build_model(out, weights=False),
     }
 
 
 @pytest.mark.parametrize("pixels", ["uint8", "float32"])
 @pytest.mark.parametrize("family", list(_family_dirs()))
-def test_compare_hf_for_every_wave_2a_family(family, pixels, tmp_path):
+def test_compare_hf_for_every_family_since_wave_2a(family, pixels, tmp_path):
     """`--compare-hf` on two committed images of different sizes: the prompt ids equal
     transformers', every tensor it produces is equal (uint8) or within 1e-5 (float)."""
     from tests.support import IMAGES_DIR
