@@ -28,6 +28,7 @@ def describe(worker: Worker) -> dict[str, Any]:
         "eligible": worker.eligible,
         "connected": worker.facts is not None,
         "draining": worker.draining,
+        "refused": worker.refused,  # why it is not used ("": it is), e.g. another model
         "circuit": worker.breaker.state,
         "assigned_requests": worker.assigned,
         "calls_in_flight": worker.in_flight,

@@ -1,27 +1,33 @@
 """The HTTP app: routes, the services behind them, and the middleware around them.
 
-At start the pool connects to the workers, the model's files are loaded once (from `--model`,
-or from a worker's bundle), and every service is built on them. The generation routes are
-served by `HotRoutes` inside the middleware; the others by FastAPI.
+The gateway starts whether or not a worker answers (in Kubernetes it usually starts before
+the engines, which take minutes to load a model). The model's files are loaded once (from
+`--model`, or from a worker's bundle) and every service built on them as soon as the first
+worker answers, at start or later; until then `/health` is 200, `/ready` 503, and the API
+routes answer 503 at once. The generation routes are served by `HotRoutes` inside the
+middleware; the others by FastAPI.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import State
 from starlette.types import ASGIApp
 
 from gateway.api.chat import ChatService
 from gateway.api.completions import CompletionService
 from gateway.api.embeddings import EmbeddingService
 from gateway.api.tokenize import TokenizeService
-from gateway.errors import MmgateError, error_body, error_response
+from gateway.errors import GatewayError, MmgateError, error_body, error_response
 from gateway.render.bundle import unpack_bundle
 from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import PromptBuilder
@@ -35,40 +41,77 @@ from gateway.server.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.server.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
 from gateway.stream.logprobs import TokenTexts
 from gateway.workers.pool import WorkerPool
+from gateway.workers.worker import WorkerFacts
 from multimodal.fetch import create_http_client
 from multimodal.registry import processors_for
 
 VERSION = "0.1.0"
+WAITING = (
+    "no engine worker has answered yet: the gateway learns the model from the first worker "
+    "that does; try again shortly"
+)
+RETRY_BUILD_SECONDS = 5.0
+log = logging.getLogger("mmgate.gateway")
+
+
+@dataclass(frozen=True)
+class Services:
+    """What serves the API routes, built on the model's files once a worker has answered."""
+
+    chat: ChatService
+    completions: CompletionService
+    embeddings: EmbeddingService
+    tokenize: TokenizeService
+
+
+def services(state: State) -> Services:
+    """The app's services, or a 503 while no worker has answered yet."""
+    built = getattr(state, "services", None)
+    if built is None:
+        raise GatewayError(WAITING, 503)
+    return built
+
+
 # Served by HotRoutes (the parsed JSON body straight to the service), not by FastAPI's router.
 GENERATION_ROUTES: dict[str, Handler] = {
-    "/v1/chat/completions": lambda state, body: state.chat.create(body),
-    "/v1/completions": lambda state, body: state.completions.create(body),
-    "/v1/embeddings": lambda state, body: state.embeddings.create(body),
+    "/v1/chat/completions": lambda state, body: services(state).chat.create(body),
+    "/v1/completions": lambda state, body: services(state).completions.create(body),
+    "/v1/embeddings": lambda state, body: services(state).embeddings.create(body),
 }
-log = logging.getLogger("mmgate.gateway")
 
 
 def create_app(config: GatewayConfig) -> ASGIApp:
     metrics = GatewayMetrics()
+    model_name = config.served_model_name or str(config.model)
     limits = config.admission
     admission = Admission(limits.max_in_flight, limits.max_queue, limits.queue_timeout)
     metrics.watch(admission.collector())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        pool = WorkerPool(config.workers, config.pool, config.worker_dns, metrics)
-        facts = await pool.start()
-        metrics.watch(pool.collector())
-        model_dir = await _model_dir(config.model, pool)
+        # Given by name, the model is what the workers must serve; a directory names none.
+        name = None if is_model_dir(config.model) else str(config.model)
+        pool = WorkerPool(config.workers, config.pool, config.worker_dns, metrics, model_name=name)
+        app.state.pool, app.state.services = pool, None
         http = create_http_client(config.media_policy)
-        app.state.pool = pool
-        _services(app, config, model_dir, pool, facts, http, metrics)
+        await pool.start()
+        metrics.watch(pool.collector())
+        if pool.model is not None:
+            app.state.services = await _build(config, pool, pool.model, http, metrics)
+        else:
+            urls = ", ".join([*pool.workers, *config.worker_dns])
+            log.warning("no worker answered yet (%s): answering 503 until one does", urls)
+        waiting = asyncio.create_task(_build_when_known(app, config, pool, http, metrics))
         yield
+        waiting.cancel()
+        with suppress(asyncio.CancelledError):
+            await waiting
         await http.aclose()
         await pool.close()
 
     app = FastAPI(title="mmgate", version=VERSION, lifespan=lifespan)
 
+    app.state.model_name = model_name
     _routes(app, config, metrics)
     app.include_router(admin_routes())
     return _middleware(app, config, metrics, admission)
@@ -85,6 +128,8 @@ def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> Non
 
     @app.get("/ready")
     async def ready(request: Request) -> JSONResponse:
+        if request.app.state.services is None:
+            return JSONResponse(error_body(WAITING, 503), 503)
         if request.app.state.pool.any_healthy():
             return JSONResponse({"status": "ready"})
         return JSONResponse(error_body("no healthy engine worker", 503), 503)
@@ -111,15 +156,37 @@ def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> Non
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
-        return await request.app.state.tokenize.tokenize(await _json(request))
+        return await services(request.app.state).tokenize.tokenize(await _json(request))
 
     @app.post("/detokenize")
     async def detokenize(request: Request):
-        return await request.app.state.tokenize.detokenize(await _json(request))
+        return await services(request.app.state).tokenize.detokenize(await _json(request))
 
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+async def _build_when_known(
+    app: FastAPI, config: GatewayConfig, pool: WorkerPool, http, metrics: GatewayMetrics
+) -> None:
+    """The services, once the first worker has answered; retried while that fails (a
+    tokenizer bundle that does not come, say)."""
+    while app.state.services is None:
+        await pool.model_known.wait()
+        try:
+            app.state.services = await _build(config, pool, pool.model, http, metrics)
+        except Exception:  # noqa: BLE001 - logged; the gateway keeps answering 503 meanwhile
+            log.exception("the model's files could not be loaded; trying again")
+            await asyncio.sleep(RETRY_BUILD_SECONDS)
+    log.info("ready: serving %s", app.state.model_name)
+
+
+async def _build(
+    config: GatewayConfig, pool: WorkerPool, facts: WorkerFacts, http, metrics: GatewayMetrics
+) -> Services:
+    model_dir = await _model_dir(config.model, pool)
+    return _services(config, model_dir, pool, facts, http, metrics)
 
 
 async def _model_dir(model: Path, pool: WorkerPool) -> Path:
@@ -129,7 +196,7 @@ async def _model_dir(model: Path, pool: WorkerPool) -> Path:
     return unpack_bundle(*await pool.tokenizer_bundle())
 
 
-def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts, http, metrics):
+def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics) -> Services:
     files = ModelFiles.load(model_dir)
     processors = processors_for(files)
     placeholders = processors.placeholders
@@ -145,12 +212,13 @@ def _services(app: FastAPI, config: GatewayConfig, model_dir: Path, pool, facts,
     )
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)
-    app.state.model_name = name
     parsing = config.parsing.for_model(files.config.get("model_type"))
-    app.state.chat = ChatService(name, files, prompts, pool, metrics, token_texts, parsing)
-    app.state.completions = CompletionService(name, files, pool, metrics, token_texts)
-    app.state.embeddings = EmbeddingService(name, files.tokenizer, pool)
-    app.state.tokenize = TokenizeService(name, files, prompts, facts.max_context_length)
+    return Services(
+        chat=ChatService(name, files, prompts, pool, metrics, token_texts, parsing),
+        completions=CompletionService(name, files, pool, metrics, token_texts),
+        embeddings=EmbeddingService(name, files.tokenizer, pool),
+        tokenize=TokenizeService(name, files, prompts, facts.max_context_length),
+    )
 
 
 def _log_fallback(model_type: object, mode: str, pool: WorkerPool) -> None:

@@ -98,6 +98,12 @@ class GatewayMetrics:
             ["parser"],
             registry=r,
         )
+        self.workers_refused = Counter(
+            "mmgate_workers_refused",
+            "times a worker was refused (other_model: it serves another model than the gateway)",
+            ["reason"],
+            registry=r,
+        )
         self.rejected = Counter(
             "mmgate_rejected_requests",
             "requests refused by admission control (queue_full: 429, timeout: 503)",

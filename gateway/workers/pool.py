@@ -77,7 +77,11 @@ class WorkerPool:
         dns_names: Sequence[str] = (),
         metrics: GatewayMetrics | None = None,
         resolver: Resolver = resolve_all,
+        model_name: str | None = None,
     ) -> None:
+        """`model_name`: the name every worker must serve (its served_model_name or model
+        path), when the gateway was given the model by name; None: the first worker to
+        answer names the model."""
         if not urls and not dns_names:
             raise ValueError("at least one --worker or --worker-dns is required")
         self.options = options or PoolOptions()
@@ -92,6 +96,10 @@ class WorkerPool:
         self._dns_members: dict[str, set[str]] = {name: set() for name in self.dns_names}
         self._resolve = resolver
         self._tasks: list[asyncio.Task] = []
+        self.model_name = model_name
+        # The model's facts: from the first worker that answers, whenever it does.
+        self.model: WorkerFacts | None = None
+        self.model_known = asyncio.Event()
 
     def _new_worker(self, url: str) -> Worker:
         o = self.options
@@ -106,23 +114,66 @@ class WorkerPool:
 
     # ---- lifecycle ----
 
-    async def start(self) -> WorkerFacts:
-        """Connect to every worker; the first one that answers describes the model."""
+    async def start(self) -> WorkerFacts | None:
+        """Connect to every worker and keep trying those that do not answer. Returns the
+        model's facts if a worker answered, else None: the gateway then starts anyway and
+        learns the model from the first worker that answers later (`model_known`)."""
         await self._resolve_dns()
-        await asyncio.gather(*(self._connect(w) for w in list(self.workers.values())))
-        facts = next((w.facts for w in self.workers.values() if w.facts), None)
-        if facts is None:
-            raise RuntimeError("no worker answered GetModelInfo; is any worker running?")
+        workers = list(self.workers.values())
+        reached = await asyncio.gather(*(self._reach(w) for w in workers))
+        for worker, facts in zip(workers, reached):  # in the order given, not of answers
+            if facts is not None:
+                self._admit(worker, facts)
         self._tasks.append(asyncio.create_task(self._check_forever()))
         if self.dns_names:
             self._tasks.append(asyncio.create_task(self._resolve_forever()))
-        return facts
+        return self.model
 
     async def _connect(self, worker: Worker) -> None:
+        facts = await self._reach(worker)
+        if facts is not None:
+            self._admit(worker, facts)
+
+    async def _reach(self, worker: Worker) -> WorkerFacts | None:
         try:
-            await worker.connect()
+            facts = await worker.connect()
         except Exception as error:  # noqa: BLE001 - a down worker is retried by health checks
-            log.warning("worker %s not reachable: %s", worker.url, error)
+            # Once per outage: an engine loading a model for minutes is not news every 5 s.
+            if not worker.unreachable:
+                log.warning("worker %s not reachable: %s", worker.url, error)
+            worker.unreachable = True
+            return None
+        worker.unreachable = False
+        return facts
+
+    def _admit(self, worker: Worker, facts: WorkerFacts) -> None:
+        """The first worker to answer with the right model names it; a worker serving another
+        one is refused (never routed to) until it serves this one."""
+        refusal = self._refusal(facts)
+        if refusal != worker.refused:
+            if refusal:
+                log.error("worker %s refused: %s", worker.url, refusal)
+                self.metrics.workers_refused.labels("other_model").inc()
+            else:
+                log.info("worker %s answered: model %s", worker.url, facts.served_model_name)
+        worker.refused = refusal
+        if not refusal and self.model is None:
+            self.model = facts
+            self.model_known.set()
+
+    def _refusal(self, facts: WorkerFacts) -> str:
+        """Why a worker's model is not the gateway's ("" when it is)."""
+        if self.model_name and self.model_name not in (facts.served_model_name, facts.model_path):
+            return f"it serves {facts.served_model_name!r}, not --model {self.model_name!r}"
+        if self.model is None:
+            return ""
+        if facts.served_model_name != self.model.served_model_name:
+            ours = self.model.served_model_name
+            return f"it serves {facts.served_model_name!r}, the gateway {ours!r}"
+        if facts.vocab_size != self.model.vocab_size:
+            ours = self.model.vocab_size
+            return f"its vocabulary has {facts.vocab_size} tokens, the model's {ours}"
+        return ""
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -241,17 +292,20 @@ class WorkerPool:
             await asyncio.gather(*(self._check(w) for w in list(self.workers.values())))
 
     async def _check(self, worker: Worker) -> None:
-        if worker.facts is None:
+        if worker.facts is None or worker.refused:  # ask again: it may have come back fixed
             await self._connect(worker)
             return
-        await worker.check_health()
+        was_healthy = worker.healthy
+        if await worker.check_health() and not was_healthy:
+            # Back after an outage: a restarted pod may serve other settings, or another model.
+            await self._connect(worker)
 
     # ---- model files and metrics ----
 
     async def tokenizer_bundle(self) -> tuple[bytes, str]:
         """The model files from the first worker that sends them (see model_files)."""
         for worker in self.workers.values():
-            if worker.facts is None:
+            if worker.facts is None or worker.refused:
                 continue
             try:
                 return await worker.tokenizer_bundle()
@@ -267,6 +321,7 @@ class WorkerPool:
             "mmgate_worker_assigned_requests": ("gateway requests routed to it", _assigned),
             "mmgate_worker_circuit_state": ("0 closed, 1 half-open, 2 open", _circuit),
             "mmgate_worker_draining": ("1 while being removed", _draining),
+            "mmgate_worker_refused": ("1 while it serves another model", _refused),
         }
         return GaugesFrom(
             [(name, doc, ["worker"]) for name, (doc, _) in gauges.items()],
@@ -295,6 +350,10 @@ def _circuit(w: Worker) -> float:
 
 def _draining(w: Worker) -> float:
     return float(w.draining)
+
+
+def _refused(w: Worker) -> float:
+    return float(bool(w.refused))
 
 
 def _compatible(a: WorkerFacts | None, b: WorkerFacts | None) -> bool:

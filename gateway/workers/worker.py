@@ -25,6 +25,9 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # A worker that was down (a pod restarting, an engine loading) is dialled again within 5 s
+    # of coming back, not after gRPC's default backoff of up to 2 minutes.
+    ("grpc.max_reconnect_backoff_ms", 5_000),
 ]
 GENERATE_PATH = "/vllm.grpc.engine.VllmEngine/Generate"
 # Which client streams Generate: our event-loop HTTP/2 client (gateway.transport), or grpc.aio.
@@ -125,6 +128,8 @@ class Worker:
         self.assigned = 0  # gateway requests routed to it and not finished
         self.draining = False
         self.requests = 0
+        self.unreachable = False  # its last connection attempt failed (logged once)
+        self.refused = ""  # why it is not used: it serves another model than the gateway's
 
     @property
     def healthy(self) -> bool:
@@ -133,7 +138,11 @@ class Worker:
     @property
     def eligible(self) -> bool:
         return (
-            self.healthy and self.facts is not None and not self.draining and self.breaker.allows()
+            self.healthy
+            and self.facts is not None
+            and not self.refused
+            and not self.draining
+            and self.breaker.allows()
         )
 
     async def connect(self, timeout: float = 10.0) -> WorkerFacts:
