@@ -19,7 +19,7 @@ from gateway.api.chat_parsing import (
     plan_parsing,
 )
 from gateway.api.protocol import ChatCompletionRequest
-from gateway.api.sampling import max_tokens_for, to_proto, truncate_prompt
+from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
@@ -118,6 +118,8 @@ def _check_items(prompt: Prompt, facts: WorkerFacts) -> None:
 
 def _max_tokens(request: ChatCompletionRequest, prompt: Prompt, facts: WorkerFacts) -> int | None:
     requested = request.requested_max_tokens()
+    param = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+    check_max_tokens(requested, facts.max_context_length, param)
     if prompt.media_refs is not None:
         # The prompt grows on the worker, which alone knows the room left: unset, the engine
         # fills the context as vLLM's server does; set, the engine stops at the context's end.

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.api.protocol import CompletionRequest
-from gateway.api.sampling import max_tokens_for, to_proto, truncate_prompt
+from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
 from gateway.render.model_files import ModelFiles
 from gateway.server.metrics import GatewayMetrics
@@ -80,8 +80,20 @@ class CompletionService:
             if isinstance(item, str):
                 out.append((self.tokenizer.encode(item, add_special_tokens=True).ids, item))
             else:
+                self._check_token_ids(item)
                 out.append((list(item), decode_prompt(self.tokenizer, item, self.clean_up_spaces)))
         return out
+
+    def _check_token_ids(self, ids: list[int]) -> None:
+        """vLLM's validate_token_ids, before the ids are decoded: a negative id, or one past
+        both the tokenizer's and the model's vocabulary, is refused with its message."""
+        if not ids:
+            return
+        model_vocab = self.pool.model.vocab_size if self.pool.model else 0
+        last = max(self.tokenizer.get_vocab_size(with_added_tokens=True) - 1, model_vocab - 1)
+        for bad in (min(ids), max(ids)):
+            if not 0 <= bad <= last:
+                raise GatewayError(f"Token id {bad} is out of vocabulary", 400, "prompt")
 
     def _generate(
         self, request: CompletionRequest, request_id: str, ids: list[int], worker
@@ -90,8 +102,7 @@ class CompletionService:
         if not ids:
             raise GatewayError("prompt must not be empty", 400, "prompt")
         ids = truncate_prompt(ids, request.truncate_prompt_tokens, facts.max_context_length)
-        if ids and max(ids) >= facts.vocab_size:
-            raise GatewayError(f"token id {max(ids)} is out of vocabulary", 400, "prompt")
+        check_max_tokens(request.requested_max_tokens(), facts.max_context_length, "max_tokens")
         max_tokens = max_tokens_for(
             request.requested_max_tokens(),
             len(ids),

@@ -2,17 +2,20 @@
 
 Fields the wire cannot carry to an engine (beam search, bad_words, allowed_token_ids, ...) are
 refused with a 400 rather than silently ignored; unknown fields are ignored, as OpenAI and vLLM
-do, so SDK upgrades keep working.
+do, so SDK upgrades keep working. Booleans are strict, as OpenAI's API has them: `"stream":
+"yes"` is a 400, where pydantic's lax mode (and so vLLM) reads it as true.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from gateway.errors import FieldError
 
+# Integer fields are bounded by what the wire carries (uint32 / int32), so none fails there.
+TokenId = Annotated[int, Field(ge=0, lt=2**32)]
 UNSUPPORTED = (
     "use_beam_search",
     "bad_words",
@@ -28,7 +31,7 @@ class JsonSchema(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="allow")
     name: str | None = None
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ResponseFormat(BaseModel):
@@ -51,7 +54,7 @@ class StructuredOutputs(BaseModel):
     choice: list[str] | None = None
     grammar: str | None = None
     structural_tag: str | None = None
-    json_object: bool | None = None
+    json_object: StrictBool | None = None
 
     @model_validator(mode="after")
     def _one_constraint(self) -> StructuredOutputs:
@@ -62,38 +65,39 @@ class StructuredOutputs(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool | None = True
-    continuous_usage_stats: bool | None = False
+    include_usage: StrictBool | None = True
+    continuous_usage_stats: StrictBool | None = False
 
 
 class SamplingFields(BaseModel):
     """What chat and completion requests share."""
 
-    model_config = ConfigDict(extra="allow")
+    # A number too large for a float (1e400) reads as infinity: no sampling field takes it.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     model: str | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     repetition_penalty: float | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: int | None = Field(default=None, lt=2**32)
     min_p: float | None = None
     logit_bias: dict[str, float] | None = None
     seed: int | None = Field(default=None, ge=-(2**31), lt=2**31)
     n: int = Field(default=1, ge=1, le=128)
-    max_tokens: int | None = Field(default=None, ge=1)
-    min_tokens: int = Field(default=0, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1, lt=2**32)
+    min_tokens: int = Field(default=0, ge=0, lt=2**32)
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
-    prompt_logprobs: int | None = None
-    truncate_prompt_tokens: int | None = Field(default=None, ge=-1)
+    stop_token_ids: list[TokenId] | None = None
+    ignore_eos: StrictBool = False
+    skip_special_tokens: StrictBool = True
+    spaces_between_special_tokens: StrictBool = True
+    include_stop_str_in_output: StrictBool = False
+    prompt_logprobs: int | None = Field(default=None, ge=-1, lt=2**31)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, lt=2**31)
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     kv_transfer_params: dict[str, Any] | None = None
     request_id: str | None = None
@@ -125,9 +129,9 @@ class ChatPromptFields(BaseModel):
     model_config = ConfigDict(extra="allow")
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    add_special_tokens: bool = False
+    add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
+    add_special_tokens: StrictBool = False
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
@@ -194,17 +198,17 @@ def _check_named_choice(data: dict[str, Any], choice: dict[str, Any]) -> None:
 
 
 class ChatCompletionRequest(ChatPromptFields, SamplingFields):
-    logprobs: bool = False
+    logprobs: StrictBool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, lt=2**32)
     # vLLM's default: "auto" when tools are given, else "none" (set by the validator).
     tool_choice: str | dict[str, Any] | None = "none"
-    parallel_tool_calls: bool | None = True
-    include_reasoning: bool = True
+    parallel_tool_calls: StrictBool | None = True
+    include_reasoning: StrictBool = True
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = (
         None
     )
-    echo: bool = False
+    echo: StrictBool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -235,7 +239,7 @@ class ChatCompletionRequest(ChatPromptFields, SamplingFields):
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = Field(default=None, ge=0, le=20)
-    echo: bool = False
+    echo: StrictBool = False
     suffix: str | None = None
 
     def output_logprobs(self) -> int | None:
@@ -249,13 +253,13 @@ class TokenizeCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     prompt: str
-    add_special_tokens: bool = True
-    return_token_strs: bool | None = False
+    add_special_tokens: StrictBool = True
+    return_token_strs: StrictBool | None = False
 
 
 class TokenizeChatRequest(ChatPromptFields):
     model: str | None = None
-    return_token_strs: bool | None = False
+    return_token_strs: StrictBool | None = False
 
 
 class DetokenizeRequest(BaseModel):

@@ -25,6 +25,17 @@ OPENAI_DEFAULTS = {
 }
 
 
+def check_max_tokens(requested: int | None, max_model_len: int, param: str) -> None:
+    """vLLM's TokenizeParams check: more output tokens than the whole context is a 400 (up
+    to that, the request is clamped to the room the prompt leaves)."""
+    if requested is not None and requested > max_model_len:
+        raise SamplingError(
+            f"{param}={requested} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.",
+            param=param,
+        )
+
+
 def max_tokens_for(
     requested: int | None,
     prompt_len: int,
@@ -55,7 +66,19 @@ def to_proto(
         else defaults.get(name, default)
         for name, default in OPENAI_DEFAULTS.items()
     }
-    params = pb.SamplingParams(
+    try:
+        params = _params(request, max_tokens, chosen)
+    except ValueError as error:  # a value the request validation let through and the wire won't
+        raise SamplingError(f"a sampling parameter is out of range: {error}") from None
+    _set_optional(params, request)
+    _set_constraint(params, request)
+    return params
+
+
+def _params(
+    request: SamplingFields, max_tokens: int | None, chosen: Mapping[str, Any]
+) -> pb.SamplingParams:
+    return pb.SamplingParams(
         temperature=chosen["temperature"],
         top_p=chosen["top_p"],
         top_k=_top_k(chosen["top_k"]),
@@ -74,9 +97,6 @@ def to_proto(
         include_stop_str_in_output=request.include_stop_str_in_output,
         logit_bias=_logit_bias(request.logit_bias),
     )
-    _set_optional(params, request)
-    _set_constraint(params, request)
-    return params
 
 
 def _top_k(value: int) -> int:
@@ -87,10 +107,26 @@ def _top_k(value: int) -> int:
 
 
 def _logit_bias(bias: Mapping[str, float] | None) -> dict[int, float]:
-    try:
-        return {int(token): float(value) for token, value in (bias or {}).items()}
-    except ValueError:
-        raise SamplingError("logit_bias keys must be token ids", param="logit_bias") from None
+    """vLLM's checks and messages; ids past the wire's int32 are out of any vocabulary (the
+    worker checks the rest against the model's)."""
+    converted, invalid = {}, []
+    for token, value in (bias or {}).items():
+        try:
+            converted[int(token)] = float(value)
+        except ValueError:
+            invalid.append(token)
+    if invalid:
+        raise SamplingError(
+            "logit_bias contains key(s) that cannot be converted to integer token IDs: "
+            f"{invalid!r}",
+            param="logit_bias",
+        )
+    if outside := [t for t in converted if not 0 <= t < 2**31]:
+        raise SamplingError(
+            f"token_id(s) {outside} in logit_bias contain out-of-vocab token ids",
+            param="logit_bias",
+        )
+    return converted
 
 
 def _set_optional(params: pb.SamplingParams, request: SamplingFields) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gateway.render.worker_media import MM_PROCESSING
 from gateway.server.config import AdmissionConfig
+from gateway.server.limits import RequestLimits
 from gateway.workers.pool import PoolOptions
 
 DESCRIPTION = """\
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
     _parser_arguments(p)
     _pool_arguments(p)
+    _limit_arguments(p)
     p.add_argument(
         "--log-format",
         choices=["text", "json"],
@@ -198,6 +200,34 @@ def _pool_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _limit_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "request limits",
+        "What one request may hold; past a limit it is refused with a 400 (413 for the body) "
+        "naming the limit, before anything is fetched or sent to a worker.",
+    )
+    d = RequestLimits()
+    limits = (
+        ("--max-request-body-bytes", d.max_body_bytes, "request body size, images inline"),
+        ("--max-json-depth", d.max_json_depth, "nesting of the JSON body"),
+        ("--max-messages", d.max_messages, "messages of a chat request"),
+        ("--max-content-parts", d.max_content_parts, "content parts of one message"),
+        ("--max-images-per-request", d.max_images, "images of a chat request"),
+        ("--max-stop-strings", d.max_stop_strings, "stop strings of a request"),
+    )
+    for flag, default, what in limits:
+        g.add_argument(
+            flag, type=_positive, default=default, help=f"at most this: {what} (%(default)s)"
+        )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     import uvicorn
 
@@ -265,6 +295,14 @@ def main(argv: list[str]) -> int:
             stream_client=args.stream_client,
         ),
         admission=AdmissionConfig(args.max_in_flight, args.max_queue, args.queue_timeout),
+        limits=RequestLimits(
+            max_body_bytes=args.max_request_body_bytes,
+            max_json_depth=args.max_json_depth,
+            max_messages=args.max_messages,
+            max_content_parts=args.max_content_parts,
+            max_images=args.max_images_per_request,
+            max_stop_strings=args.max_stop_strings,
+        ),
         parsing=parsing,
     )
     configure_logging(args.log_format)

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from gateway.errors import parse_body
+from gateway.server.hot_routes import request_json
 from gateway.workers.worker import Worker
 
 
@@ -51,13 +52,13 @@ def admin_routes() -> APIRouter:
 
     @router.post("/workers")
     async def add_worker(request: Request) -> JSONResponse:
-        ref = parse_body(WorkerRef, await request.json())
+        ref = parse_body(WorkerRef, await request_json(request))
         worker = await request.app.state.pool.add(ref.url)
         return JSONResponse(describe(worker), 201)
 
     @router.delete("/workers")
     async def remove_worker(request: Request) -> JSONResponse:
-        ref = parse_body(WorkerRef, await request.json())
+        ref = parse_body(WorkerRef, await request_json(request))
         worker = request.app.state.pool.remove(ref.url)
         return JSONResponse(describe(worker), 202)
 

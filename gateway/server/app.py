@@ -36,9 +36,10 @@ from gateway.render.worker_media import fallback_placeholders
 from gateway.server.admin import admin_routes
 from gateway.server.admission import Admission
 from gateway.server.config import GatewayConfig
-from gateway.server.hot_routes import Handler, HotRoutes, parse_json
+from gateway.server.hot_routes import Handler, HotRoutes, request_json
 from gateway.server.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.server.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
+from gateway.server.openapi import install as install_openapi
 from gateway.stream.logprobs import TokenTexts
 from gateway.workers.pool import WorkerPool
 from gateway.workers.worker import WorkerFacts
@@ -112,8 +113,10 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app = FastAPI(title="mmgate", version=VERSION, lifespan=lifespan)
 
     app.state.model_name = model_name
+    app.state.limits = config.limits
     _routes(app, config, metrics)
     app.include_router(admin_routes())
+    install_openapi(app)
     return _middleware(app, config, metrics, admission)
 
 
@@ -156,11 +159,11 @@ def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> Non
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
-        return await services(request.app.state).tokenize.tokenize(await _json(request))
+        return await services(request.app.state).tokenize.tokenize(await request_json(request))
 
     @app.post("/detokenize")
     async def detokenize(request: Request):
-        return await services(request.app.state).tokenize.detokenize(await _json(request))
+        return await services(request.app.state).tokenize.detokenize(await request_json(request))
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -246,7 +249,7 @@ def _middleware(
     answers preflights before the API key is asked for, and only authorized requests take
     admission slots. The generation routes are served inside all of them by HotRoutes and
     never enter FastAPI (its router, exception and error layers cost ~50 us a request)."""
-    stack: ASGIApp = HotRoutes(app, GENERATION_ROUTES, app.state)
+    stack: ASGIApp = HotRoutes(app, GENERATION_ROUTES, app.state, config.limits)
     stack = AdmissionMiddleware(stack, admission, metrics, GENERATION_ROUTES)
     if config.api_keys:
         stack = ApiKeyMiddleware(stack, config.api_keys)
@@ -261,7 +264,3 @@ def _middleware(
         )
     routes = {route.path for route in app.routes} | GENERATION_ROUTES.keys()
     return RequestMiddleware(stack, metrics, routes)
-
-
-async def _json(request: Request) -> object:
-    return parse_json(await request.body())

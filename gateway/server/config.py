@@ -7,6 +7,7 @@ from pathlib import Path
 
 from gateway.api.chat_parsing import ParsingConfig
 from gateway.render.worker_media import MmProcessing
+from gateway.server.limits import RequestLimits
 from gateway.workers.pool import PoolOptions
 from multimodal.media import MediaPolicy
 
@@ -45,3 +46,4 @@ class GatewayConfig:
     pool: PoolOptions = field(default_factory=PoolOptions)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     parsing: ParsingConfig = field(default_factory=ParsingConfig)
+    limits: RequestLimits = field(default_factory=RequestLimits)

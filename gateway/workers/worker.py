@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -79,12 +81,26 @@ def parse_schemes(mm_processor: str, schemes: str) -> frozenset[str]:
 
 
 def parse_address(url: str) -> str:
-    """grpc://host:port (or host:port) to the host:port gRPC dials."""
+    """grpc://host:port (or host:port) to the host:port gRPC dials: a DNS name or an IP
+    address (IPv6 in brackets) and a port number."""
     address = url.removeprefix("grpc://")
-    if "://" in address or ":" not in address:
+    host, _, port = address.rpartition(":")
+    if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536 and _is_host(host)):
         message = f"worker address must look like grpc://HOST:PORT, got {url!r}"
         raise GatewayError(message, 400, "url")
     return address
+
+
+_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def _is_host(host: str) -> bool:
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            return ipaddress.ip_address(host[1:-1]).version == 6
+        except ValueError:
+            return False
+    return len(host) <= 253 and _HOSTNAME.fullmatch(host) is not None
 
 
 # gRPC codes that say the worker (not the request) is at fault: they count against its

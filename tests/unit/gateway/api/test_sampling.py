@@ -137,3 +137,66 @@ def test_max_tokens_follow_vllm():
 def test_refused_with_a_validation_error(body):
     with pytest.raises(ValidationError):
         ChatCompletionRequest(model="m", messages=MESSAGES, **body)
+
+
+def test_logit_bias_keys_are_refused_as_vllm_refuses_them():
+    from gateway.api.sampling import _logit_bias
+    from gateway.errors import SamplingError
+
+    assert _logit_bias({"5": 1.5, "0": -100}) == {5: 1.5, 0: -100.0}
+    with pytest.raises(SamplingError, match=r"cannot be converted to integer token IDs: \['a'"):
+        _logit_bias({"a": 1, "1.5": 2})
+    for key in ("-1", str(2**31), "99999999999999999999"):  # past the wire's int32 too
+        with pytest.raises(SamplingError, match="out-of-vocab token ids"):
+            _logit_bias({key: 1})
+
+
+def test_more_output_tokens_than_the_context_is_refused_as_in_vllm():
+    from gateway.api.sampling import check_max_tokens
+    from gateway.errors import SamplingError
+
+    check_max_tokens(None, 1024, "max_tokens")
+    check_max_tokens(1024, 1024, "max_tokens")  # clamped to the room left, as vLLM does
+    with pytest.raises(SamplingError) as refused:
+        check_max_tokens(1025, 1024, "max_completion_tokens")
+    assert refused.value.message == (
+        "max_completion_tokens=1025 cannot be greater than max_model_len=1024. "
+        "Please request fewer output tokens."
+    )
+    assert refused.value.param == "max_completion_tokens"
+
+
+@pytest.mark.parametrize("field", ["stream", "echo", "logprobs", "ignore_eos"])
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0])
+def test_booleans_are_strict(field, value):
+    from gateway.api.protocol import ChatCompletionRequest
+    from gateway.errors import GatewayError, parse_body
+
+    body = {"messages": [{"role": "user", "content": "hi"}], field: value}
+    with pytest.raises(GatewayError) as refused:
+        parse_body(ChatCompletionRequest, body)
+    assert refused.value.param == field
+    assert parse_body(ChatCompletionRequest, {**body, field: True}).model_dump()[field] is True
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("stop_token_ids", [-1]),
+        ("stop_token_ids", [2**32]),
+        ("top_k", 2**32),
+        ("min_tokens", 2**32),
+        ("max_tokens", 2**32),
+        ("prompt_logprobs", -2),
+        ("truncate_prompt_tokens", 2**31),
+        ("temperature", float("inf")),
+        ("logit_bias", {"1": float("-inf")}),
+    ],
+)
+def test_values_the_wire_cannot_carry_are_refused_by_name(field, value):
+    from gateway.errors import GatewayError, parse_body
+
+    with pytest.raises(GatewayError) as refused:
+        parse_body(ChatCompletionRequest, {"messages": MESSAGES, field: value})
+    assert refused.value.status == 400
+    assert refused.value.param.split(".")[0] == field

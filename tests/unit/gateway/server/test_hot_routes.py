@@ -86,3 +86,9 @@ def test_bodies_read_as_json_loads_reads_them():
     for raw in (b"", b"[1] x", b"\xff", b"{'a': 1}", b"tru"):
         with pytest.raises(GatewayError):
             parse_json(raw)
+
+
+def test_nan_and_infinity_are_not_json():
+    for raw in (b'{"t": NaN}', b'{"t": Infinity}', b"[-Infinity]", b"\xef\xbb\xbf[NaN]"):
+        with pytest.raises(GatewayError, match="is not a number"):
+            parse_json(raw)
