@@ -140,6 +140,7 @@ class Gemma4Processor(ItemProcessor):
     title = "Gemma 4"
     options = Gemma4Options
     placeholder_text = "<image_soft_token>"  # Gemma4ForConditionalGeneration.get_placeholder_str
+    hf_names = {POSITIONS_KEY: "image_position_ids"}  # transformers' names (mmgate preprocess)
 
     def __init__(
         self, pixels: Gemma4Pixels, image: int, boi: int, eoi: int, default_budget: int
