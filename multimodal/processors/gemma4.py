@@ -19,15 +19,17 @@ around it (no newlines to fuse, unlike Gemma 3). Where this follows vLLM over tr
   `image_position_ids` to `pixel_position_ids` and batches both per image;
 - the soft-token count n: vLLM computes it itself from the image size and the vision config
   (`_compute_num_soft_tokens`, a formula of its own, clamped to the budget); here it comes
-  from the resized size, which agrees with vLLM's on every size tested (tests/unit/.../
-  test_gemma4.py compares the two over ~10^5 sizes and every budget);
+  from the resized size, which agrees with vLLM's on every size tested (test_gemma4.py
+  compares the two on ~5,000 sizes, extreme aspect ratios and exact fits included, at every
+  budget);
 - the default budget: vLLM counts with `vision_config.default_output_length` while the
   pixels follow the image processor's `max_soft_tokens`; a model whose two values differ
   would make vLLM's prompt disagree with its own encoder, so it is refused here;
 - per-request options: `max_soft_tokens` (top level or in `images_kwargs`, as vLLM reads
-  it), one of 70, 140, 280, 560, 1120. transformers' other image keys (patch_size,
-  pooling_kernel_size, ...) are refused: vLLM counts tokens with the model's own values, so a
-  request changing them would desynchronize its prompt from its pixels.
+  it), one of 70, 140, 280, 560, 1120. Of transformers' other image keys, patch_size and
+  pooling_kernel_size are refused because vLLM counts tokens with the model's own values (a
+  request changing them would desynchronize its prompt from its pixels); the pixel keys
+  (do_rescale, image_mean, ...) are not offered, as for the other families here;
 - the "string"-format placeholder vLLM writes (get_placeholder_str) is "<image_soft_token>",
   not a token of Gemma 4's vocabulary: a model whose chat template renders content as a
   string gets no `<|image|>` anchor from it, there as here (a 400 here).
