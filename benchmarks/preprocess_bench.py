@@ -206,6 +206,14 @@ def build_llava_onevision(out_dir: Path) -> Path:
     return build_model(out_dir, weights=False)
 
 
+def build_gemma4(out_dir: Path) -> Path:
+    # The parity tests' weightless Gemma 4: the released image processor settings (280 soft
+    # tokens, 16 px patches pooled 3x3).
+    from tests.support.gemma4_models import build_model
+
+    return build_model(out_dir, weights=False)
+
+
 FAMILIES = {
     "Qwen2.5-VL": build_qwen25,
     "Qwen2-VL": build_qwen_variant("qwen2_vl", QWEN2_PREPROCESSOR),
@@ -218,6 +226,7 @@ FAMILIES = {
     "InternVL3": build_internvl,
     "Llama-4": build_llama4,
     "LLaVA-OneVision": build_llava_onevision,
+    "Gemma-4": build_gemma4,
 }
 
 

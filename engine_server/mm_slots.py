@@ -6,7 +6,8 @@ model's own prompt-replacement rule in vLLM (e.g. Qwen2-VL: t*h*w / merge^2 pads
 from the item's tensors: no model knowledge lives here. A rule that asks for the raw media's
 size (Pixtral's, LLaVA-NeXT's) is handed blank stand-ins of the size an item's `image_sizes`
 (height, width: the HF processors' name) says; models whose rule needs more than that are
-admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3).
+admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3;
+_POOLED_POSITIONS: Gemma 4).
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ log = logging.getLogger("mmgate.engine")
 # `num_patches` (crops + 1) says how many images its encoder embeds, each into
 # mm_tokens_per_image slots.
 _PER_ITEM_TENSOR = {"gemma3": ("num_patches", "mm_tokens_per_image")}
+# Gemma 4's rule sizes the replacement from the raw image and the request's max_soft_tokens,
+# neither of which reaches the worker; its encoder embeds one token per pooling x pooling block
+# of patch positions (the vision pooler's count: padding, at (-1, -1), falls in block 0).
+# model type -> (per-item positions tensor, vision config field).
+_POOLED_POSITIONS = {"gemma4": ("pixel_position_ids", "pooling_kernel_size")}
 
 
 class EmbeddingSlots:
@@ -38,6 +44,9 @@ class EmbeddingSlots:
         config = getattr(getattr(engine, "model_config", None), "hf_config", None)
         rule = _PER_ITEM_TENSOR.get(getattr(config, "model_type", None))
         self._per_item = (rule[0], int(getattr(config, rule[1]))) if rule else None
+        pooled = _POOLED_POSITIONS.get(getattr(config, "model_type", None))
+        vision = getattr(config, "vision_config", None)
+        self._pooled = (pooled[0], int(getattr(vision, pooled[1]))) if pooled else None
 
     def check(
         self, mm_kwargs: MultiModalKwargsItems, placeholders: dict[str, list[PlaceholderRange]]
@@ -57,6 +66,10 @@ class EmbeddingSlots:
             key, slots = self._per_item
             item = mm_kwargs[modality][index]
             return int(item[key].data) * slots if key in item else None
+        if self._pooled is not None:
+            key, kernel = self._pooled
+            item = mm_kwargs[modality][index]
+            return _pooled_blocks(item[key].data, kernel) if key in item else None
         if self._processor is None:
             return None
         try:
@@ -73,6 +86,15 @@ class EmbeddingSlots:
         if content.is_embed is None:
             return len(full)
         return int(content.is_embed(full).sum())
+
+
+def _pooled_blocks(positions: Any, kernel: int) -> int:
+    """Gemma4VisionPooler's output count for one item's (patches, 2) positions: the distinct
+    kernel x kernel blocks the (x, y) positions fall in, padding clamped to (0, 0)."""
+    clamped = positions.clamp(min=0)
+    blocks = clamped // kernel
+    row = (clamped[:, 0].max() + 1) // kernel  # blocks per row, as the pooler numbers them
+    return int((blocks[:, 0] + row * blocks[:, 1]).unique().numel())
 
 
 def _stand_ins(mm_kwargs: MultiModalKwargsItems) -> MultiModalDataItems:

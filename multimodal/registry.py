@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, UnsupportedModel
 from multimodal.processors.gemma3 import Gemma3Processor
+from multimodal.processors.gemma4 import Gemma4Processor
 from multimodal.processors.idefics3 import Idefics3Processor, SmolVLMProcessor
 from multimodal.processors.internvl import InternVLProcessor
 from multimodal.processors.llama4 import Llama4Processor
@@ -25,6 +26,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     Mistral3Processor,
     PixtralHFProcessor,
     Gemma3Processor,
+    Gemma4Processor,
     Idefics3Processor,
     SmolVLMProcessor,
     InternVLProcessor,

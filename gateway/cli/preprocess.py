@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             **images.processed.tensors,
         )
     if args.compare_hf:
-        report["compare_hf"] = compare_hf(args, prompt)
+        report["compare_hf"] = compare_hf(args, prompt, getattr(processor, "hf_names", None))
     return report
 
 
@@ -130,7 +131,11 @@ def summary(family: str, prompt: Prompt) -> dict[str, Any]:
     }
 
 
-def compare_hf(args: argparse.Namespace, prompt: Prompt) -> dict[str, Any]:
+def compare_hf(
+    args: argparse.Namespace, prompt: Prompt, hf_names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Each of our tensors against transformers' of the same name, or of the name `hf_names`
+    gives for it (tensors vLLM renames, e.g. Gemma 4's positions)."""
     from transformers import AutoProcessor
 
     hf = AutoProcessor.from_pretrained(args.model)
@@ -147,10 +152,11 @@ def compare_hf(args: argparse.Namespace, prompt: Prompt) -> dict[str, Any]:
     }
     (images,) = prompt.prepared.parts
     for key, ours in images.processed.tensors.items():
-        if key not in out:
+        hf_key = (hf_names or {}).get(key, key)
+        if hf_key not in out:
             result[key] = "not produced by transformers (a sizes tensor for the wire)"
             continue
-        theirs = out[key]
+        theirs = out[hf_key]
         if str(theirs.dtype) == "torch.bfloat16":
             theirs = theirs.float()  # exact
         theirs = np.asarray(theirs)

@@ -132,6 +132,7 @@ def test_prompt_ids_equal_vllm_tokenize(vision_model, string_format_model, fmt):
 def _family_dirs() -> dict:
     from tests.support import (
         gemma3_models,
+        gemma4_models,
         internvl_models,
         llama4_models,
         llava_onevision_models,
@@ -147,6 +148,7 @@ def _family_dirs() -> dict:
         "pixtral": lambda out: pixtral_models.build_model(out, weights=False, kind="pixtral"),
         "llama4": lambda out: llama4_models.build_model(out, weights=False),
         "llava_onevision": lambda out: llava_onevision_models.build_model(out, weights=False),
+        "gemma4": lambda out: gemma4_models.build_model(out, weights=False),
     }
 
 
