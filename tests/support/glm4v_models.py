@@ -144,6 +144,7 @@ _MOE: dict[str, Any] = {
     "topk_group": 1,
     "attention_bias": True,
     "head_dim": 32,
+    "use_qk_norm": False,  # as released; vLLM's Glm4MoeForCausalLM reads it
 }
 _VISION: dict[str, Any] = {
     "depth": 2,
