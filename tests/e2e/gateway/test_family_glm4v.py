@@ -4,8 +4,9 @@ token counts and greedy text; uint8 patches, as vLLM normalizes GLM pixels on de
 per-request `size` is served with vLLM's own count; and the worker's slot check (vLLM's own
 rule, t*h*w / merge^2 from `image_grid_thw`) refuses a placeholder one `<|image|>` short.
 
-SMG 1.13 has no router-side GLM-4.xV processor (its only GLM vision spec is GLM-5.3-Flash's),
-so there is no SMG case here.
+SMG 1.13 has no router-side GLM-4.xV processor (its only GLM vision spec is GLM-5.3-Flash's;
+in router or auto mode it answers 400 "no media spec for its family"), so there is no SMG case
+here.
 """
 
 from __future__ import annotations
@@ -35,12 +36,16 @@ def reference(pair):
     return pair.reference()
 
 
-def test_the_gateway_has_this_family(pair):
+def test_the_gateway_has_this_family_and_sends_uint8(pair):
     from gateway.render.model_files import ModelFiles
     from multimodal.processors.glm4v import Glm4vProcessor
     from multimodal.registry import processors_for
+    from protos import vllm_engine_pb2 as pb
 
     assert type(processors_for(ModelFiles.load(pair.model)).get("image")) is Glm4vProcessor
+    # vLLM's default for GLM: it normalizes on device, so the gateway sends uint8 patches.
+    info = pair.worker.stub().GetServerInfo(pb.GetServerInfoRequest(), timeout=10)
+    assert info.mm_device_do_normalize
 
 
 def test_images_equal_vllm_s_server(pair, reference):
