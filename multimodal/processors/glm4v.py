@@ -62,11 +62,12 @@ class Glm4vProcessor(QwenVLProcessor):
     @classmethod
     def from_files(cls, files: ModelConfigs) -> Glm4vProcessor:
         pre = files.preprocessor
-        # What the shared kernel cannot reproduce; the released configs set none of these.
-        if int(pre.get("resample", 3)) != 3:
+        # What the shared kernel cannot reproduce; the released configs set none of these
+        # (unset or null: the image processor's defaults, bicubic and every step on).
+        if pre.get("resample") not in (None, 3):
             raise ModelConfigError("GLM-4.xV images are resized bicubic only (resample 3)")
         for flag in ("do_resize", "do_rescale", "do_normalize"):
-            if not pre.get(flag, True):
+            if pre.get(flag) is False:
                 raise ModelConfigError(f"GLM-4.xV preprocessing with {flag} off is not supported")
         return super().from_files(files)
 
