@@ -18,8 +18,11 @@ native resize+patch kernel) with GLM's differences only:
   `max_pixels`, Qwen's names, it ignores with a warning, so they are refused here rather than
   silently dropped. vLLM passes mm_processor_kwargs to the processor as given.
 
-vLLM 0.32 normalizes GLM pixels on device (Glm4vForConditionalGeneration sets
-`supports_mm_device_do_normalize`): by default the engine takes the uint8 patches.
+For images vLLM and transformers agree: vLLM's Glm4vMultiModalProcessor (which serves all
+three model types; vLLM 0.32 has no class of its own for `glm46v`) calls transformers'
+processor and replaces `<|image|>` with what it expanded to. vLLM 0.32 normalizes GLM pixels
+on device (Glm4vForConditionalGeneration sets `supports_mm_device_do_normalize`): by default
+the engine takes the uint8 patches.
 """
 
 from __future__ import annotations
