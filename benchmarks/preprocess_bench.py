@@ -214,6 +214,14 @@ def build_gemma4(out_dir: Path) -> Path:
     return build_model(out_dir, weights=False)
 
 
+def build_glm4v(out_dir: Path) -> Path:
+    # The parity tests' weightless GLM-4.1V: the released preprocessor config (112^2 to
+    # 9,633,792 pixels, counted with the temporal copy).
+    from tests.support.glm4v_models import build_model
+
+    return build_model(out_dir, "glm4v", weights=False, tiny=False)
+
+
 FAMILIES = {
     "Qwen2.5-VL": build_qwen25,
     "Qwen2-VL": build_qwen_variant("qwen2_vl", QWEN2_PREPROCESSOR),
@@ -227,6 +235,7 @@ FAMILIES = {
     "Llama-4": build_llama4,
     "LLaVA-OneVision": build_llava_onevision,
     "Gemma-4": build_gemma4,
+    "GLM-4.xV": build_glm4v,
 }
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, UnsupportedModel
 from multimodal.processors.gemma3 import Gemma3Processor
 from multimodal.processors.gemma4 import Gemma4Processor
+from multimodal.processors.glm4v import Glm4vProcessor
 from multimodal.processors.idefics3 import Idefics3Processor, SmolVLMProcessor
 from multimodal.processors.internvl import InternVLProcessor
 from multimodal.processors.llama4 import Llama4Processor
@@ -30,6 +31,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     Idefics3Processor,
     SmolVLMProcessor,
     InternVLProcessor,
+    Glm4vProcessor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]

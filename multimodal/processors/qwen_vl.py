@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -66,8 +66,14 @@ class QwenVLSettings:
     image_token_id: int
 
 
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int):
-    """transformers' smart_resize, to the operation (Python's round() is banker's rounding)."""
+def smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int, frames: int = 1
+) -> tuple[int, int]:
+    """transformers' smart_resize, to the operation (Python's round() is banker's rounding).
+
+    `frames` > 1 is GLM-4.xV's variant: the pixel bounds hold for frames x height x width (a
+    still image counts its temporal copies); at 1 every product below is Qwen's own.
+    """
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
         raise OptionError(
             f"image aspect ratio {max(height, width) / min(height, width):.0f} exceeds "
@@ -75,12 +81,12 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
         )
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
+    if frames * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((frames * height * width) / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
         w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
+    elif frames * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar
@@ -91,6 +97,11 @@ class QwenVLProcessor(ItemProcessor):
     title = "Qwen-VL"
     options = QwenVLOptions
     placeholder_text = "<|vision_start|><|image_pad|><|vision_end|>"
+    # What a family on the same patches changes (GLM-4.xV, glm4v.py): the token each image
+    # embedding takes when the config does not name it, the image processor's own default
+    # pixel bounds, and `target_size`.
+    image_token: ClassVar[str] = "<|image_pad|>"
+    default_pixels: ClassVar[tuple[int, int]] = (56 * 56, 28 * 28 * 1280)
 
     def __init__(self, settings: QwenVLSettings, backend: str = DEFAULT_BACKEND) -> None:
         """`backend`: "native" resizes and lays out patches in one C pass, "numpy" in numpy."""
@@ -112,14 +123,15 @@ class QwenVLProcessor(ItemProcessor):
         pre, size = files.preprocessor, files.preprocessor.get("size") or {}
         token = files.config.get("image_token_id")
         if token is None:
-            token = files.vocab["<|image_pad|>"]
+            token = files.vocab[cls.image_token]
+        least, most = cls.default_pixels
         return cls(
             QwenVLSettings(
                 patch_size=int(pre.get("patch_size", 14)),
                 merge_size=int(pre.get("merge_size", 2)),
                 temporal_patch_size=int(pre.get("temporal_patch_size", 2)),
-                min_pixels=int(size.get("shortest_edge") or pre.get("min_pixels", 56 * 56)),
-                max_pixels=int(size.get("longest_edge") or pre.get("max_pixels", 28 * 28 * 1280)),
+                min_pixels=int(size.get("shortest_edge") or pre.get("min_pixels", least)),
+                max_pixels=int(size.get("longest_edge") or pre.get("max_pixels", most)),
                 mean=tuple(pre.get("image_mean", CLIP_MEAN)),
                 std=tuple(pre.get("image_std", CLIP_STD)),
                 rescale_factor=float(pre.get("rescale_factor", 1 / 255)),
@@ -170,14 +182,16 @@ class QwenVLProcessor(ItemProcessor):
             replacements=[[token] * (size // merge) for size in sizes],
         )
 
+    def target_size(self, height: int, width: int, bounds: QwenVLResize) -> tuple[int, int]:
+        """The size an image of height x width is resized to, within `bounds`."""
+        factor = self.settings.patch_size * self.settings.merge_size
+        return smart_resize(height, width, factor, bounds.min_pixels, bounds.max_pixels)
+
     def _one(
         self, image: np.ndarray, resize_within: QwenVLResize, raw_pixels: bool
     ) -> tuple[np.ndarray, tuple[int, int, int]]:
-        s, r = self.settings, resize_within
-        factor = s.patch_size * s.merge_size
-        height, width = smart_resize(
-            image.shape[0], image.shape[1], factor, r.min_pixels, r.max_pixels
-        )
+        s = self.settings
+        height, width = self.target_size(image.shape[0], image.shape[1], resize_within)
         if self.backend == "native" and image.ndim == 3 and image.shape[2] == 3:
             normalize = None if raw_pixels else (self._mean, self._std)
             p, m, t = s.patch_size, s.merge_size, s.temporal_patch_size

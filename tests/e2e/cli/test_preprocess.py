@@ -133,6 +133,7 @@ def _family_dirs() -> dict:
     from tests.support import (
         gemma3_models,
         gemma4_models,
+        glm4v_models,
         internvl_models,
         llama4_models,
         llava_onevision_models,
@@ -149,6 +150,8 @@ def _family_dirs() -> dict:
         "llama4": lambda out: llama4_models.build_model(out, weights=False),
         "llava_onevision": lambda out: llava_onevision_models.build_model(out, weights=False),
         "gemma4": lambda out: gemma4_models.build_model(out, weights=False),
+        "glm4v": lambda out: glm4v_models.build_model(out, "glm4v", weights=False, tiny=False),
+        "glm46v": lambda out: glm4v_models.build_model(out, "glm46v", weights=False, tiny=False),
     }
 
 
