@@ -14,6 +14,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from engine_server.media_refs import MediaRefSettings, build_media_processor
+from engine_server.reaper import start_reaper
 from engine_server.servicer import EngineServicer
 from protos import vllm_engine_pb2, vllm_engine_pb2_grpc
 
@@ -103,6 +104,7 @@ async def serve(engine_args: Any, options: ServeOptions) -> None:
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    start_reaper()  # before AsyncLLM starts its EngineCore: nothing outlives this process
     engine = AsyncLLM.from_engine_args(engine_args, usage_context=UsageContext.OPENAI_API_SERVER)
     try:
         server = EngineServer(engine, options)

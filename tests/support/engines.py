@@ -69,9 +69,13 @@ class WorkerProcess:
         log_path: Path,
         host: str = "127.0.0.1",
         port: int | None = None,
+        env: dict[str, str] | None = None,
         **extra: Any,
     ) -> None:
+        """`env`: over ENGINE_ENV (e.g. vLLM's multiprocessing back on); `extra`: engine
+        arguments."""
         refuse_in_fast_tests(f"{type(self).__name__} on {model}")
+        self._env = {**os.environ, **ENGINE_ENV, **(env or {})}
         self.host, self.port = host, port or free_port()
         self._chosen_port = port is None
         self.address = f"{host}:{self.port}"
@@ -85,7 +89,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             self.command(self._args),
             cwd=ROOT,
-            env={**os.environ, **ENGINE_ENV},
+            env=self._env,
             stdout=self._log,
             stderr=self._log,
             start_new_session=True,

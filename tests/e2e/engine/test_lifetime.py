@@ -1,0 +1,43 @@
+"""vLLM's EngineCore never outlives `mmgate engine`: with vLLM's multiprocessing on (the
+default outside tests: the engine core in a child, spawned on CPUs), the worker ended by
+SIGKILL (no code runs), SIGTERM (the graceful drain) or SIGINT leaves no process behind, its
+reaper (engine_server/reaper.py) included."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests.support.engines import WorkerProcess
+
+MULTIPROCESSING = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+
+
+def wait_gone(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    return alive
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=str)
+def test_no_engine_process_outlives_the_worker(text_model, tmp_path, sig):
+    worker = WorkerProcess(text_model, tmp_path / "worker.log", env=MULTIPROCESSING)
+    try:
+        worker.wait_ready()
+        children = psutil.Process(worker.proc.pid).children(recursive=True)
+        assert any("EngineCore" in " ".join(c.cmdline()) for c in children), children
+        os.kill(worker.proc.pid, sig)  # the worker alone, not its process group
+        worker.proc.wait(60)
+        started = time.monotonic()
+        alive = wait_gone(children, timeout=30)
+        assert not alive, f"left behind after {sig!r}: {[c.cmdline() for c in alive]}"
+        assert time.monotonic() - started < 30
+    finally:
+        if worker.proc.poll() is None:
+            worker.kill()
+        for child in psutil.Process().children(recursive=True):
+            if "EngineCore" in " ".join(child.cmdline()):
+                child.kill()
