@@ -7,8 +7,10 @@ GetLoads, Abort, Generate) as `mmgate engine` answers them, read off the model d
 configs instead of vLLM. Generate streams a fixed number of valid output tokens (a sentence
 of the model's vocabulary, repeated) without computing anything, chunked like the real
 worker: one chunk per token and then a Complete repeating the last delta (or one Complete
-with every token when `stream` is off). Multimodal inputs are accepted and ignored (shared
-memory segments are unlinked, as the real worker does once it has read them).
+with every token when `stream` is off), `--token-interval` seconds apart when streamed; with
+`--stats-file` it keeps counts of calls begun, finished and cancelled. Multimodal inputs are
+accepted and ignored (shared memory segments are unlinked, as the real worker does once it
+has read them).
 
 The response bytes are serialized once per (prompt length, token count, stream) and cached,
 so the worker costs as little CPU per request as grpc.aio allows. Requests whose id contains
@@ -147,8 +149,18 @@ def prompt_length(request: pb.GenerateRequest) -> int:
 class MockEngine:
     """The RPC behaviours; `handler()` wires them into a grpc.aio server."""
 
-    def __init__(self, model_dir: Path, output_tokens: int, capture_dir: Path | None) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        output_tokens: int,
+        capture_dir: Path | None,
+        token_interval: float = 0.0,
+        stats_file: Path | None = None,
+    ) -> None:
         self.model_dir = model_dir
+        self.token_interval = token_interval  # seconds between streamed tokens (0: none)
+        self.stats_file = stats_file
+        self.started = self.cancelled = 0  # Generate calls begun; ended by the client
         self.info = model_info(model_dir)
         self.tokens = output_token_ids(model_dir, output_tokens)
         self.capture_dir = capture_dir
@@ -164,13 +176,37 @@ class MockEngine:
     async def generate(self, request: pb.GenerateRequest, context: Any) -> AsyncIterator[bytes]:
         self.last_receive = time.time()
         self.active += 1
+        self.started += 1
+        finished = False
         try:
             self._inspect(request)
-            for message in self._reply(request):
+            for i, message in enumerate(self._reply(request)):
+                if i and self.token_interval and request.stream:
+                    await asyncio.sleep(self.token_interval)
                 yield message
             self.served += 1
+            finished = True
         finally:
             self.active -= 1
+            # A call that did not finish was cancelled by its client: the engine's abort.
+            self.cancelled += not finished
+
+    def stats(self) -> dict[str, int]:
+        """Generate calls: begun, finished, cancelled by the client, still open."""
+        return {
+            "started": self.started,
+            "finished": self.served,
+            "cancelled": self.cancelled,
+            "active": self.active,
+        }
+
+    async def write_stats(self) -> None:
+        """`stats()` into --stats-file every 0.1 s (atomically), for a harness to read."""
+        while self.stats_file is not None:
+            partial = self.stats_file.with_suffix(".tmp")
+            partial.write_text(json.dumps(self.stats()))
+            partial.replace(self.stats_file)
+            await asyncio.sleep(0.1)
 
     def _inspect(self, request: pb.GenerateRequest) -> None:
         if request.HasField("mm_inputs") or request.extra_mm_inputs:
@@ -278,7 +314,9 @@ async def serve(engine: MockEngine, host: str, port: int) -> None:
         raise OSError(f"cannot bind {host}:{port}")
     await server.start()
     print(f"mock worker serving {engine.model_dir} on {host}:{bound}", flush=True)
+    stats = asyncio.create_task(engine.write_stats())
     await server.wait_for_termination()
+    stats.cancel()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -288,12 +326,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=50051)
     p.add_argument("--output-tokens", type=int, default=16, help="tokens per Generate")
     p.add_argument("--capture-dir", type=Path, help="write requests with id capture-* here")
+    p.add_argument(
+        "--token-interval", type=float, default=0.0, help="seconds between streamed tokens"
+    )
+    p.add_argument(
+        "--stats-file",
+        type=Path,
+        help="keep Generate counts (started, finished, cancelled, active) in this JSON file",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    engine = MockEngine(args.model, args.output_tokens, args.capture_dir)
+    engine = MockEngine(
+        args.model, args.output_tokens, args.capture_dir, args.token_interval, args.stats_file
+    )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(engine, args.host, args.port))
     return 0
