@@ -17,10 +17,12 @@ image-processor settings, LANCZOS included (`resample` picks another filter, for
   patches, scale_factor 4: 64 `<image>` per tile), the long edge resized to 2048. Building it
   needs the `num2words` package (transformers' SmolVLMProcessor refuses to start without).
 
-The weights are drawn with initializer_range 0.15 in both towers (as fallback_models.py
-explains, small weights make greedy text ignore the prompt) and the connector's projection
-scaled up (`CONNECTOR_GAIN`), so that the image embeddings weigh in the decoder's first layer
-and different images give different greedy text.
+The weights are drawn with initializer_range 0.3 in the decoder and 0.15 in the vision tower
+(as fallback_models.py explains, small weights make greedy text ignore the prompt): with 0.15
+in both, SmolVLM's greedy text was the same for 4 of 6 different 150x110 images (transformers'
+generate); with these, all 6 differ in both variants, and
+tests/e2e/gateway/test_family_idefics3.py asserts it on vLLM. Scaling the connector's output
+up does nothing: the decoder normalizes each position before attending.
 """
 
 from __future__ import annotations
@@ -123,8 +125,6 @@ TILE = IDEFICS3.tile
 IMAGE_SEQ_LEN = IDEFICS3.image_seq_len  # 169
 
 SEED = 1234
-INIT_RANGE = 0.15
-CONNECTOR_GAIN = 8.0  # the connector's projection, times this after the seeded draw
 _TEXT: dict[str, Any] = {
     "model_type": "llama",
     "hidden_size": 64,
@@ -135,14 +135,14 @@ _TEXT: dict[str, Any] = {
     "max_position_embeddings": 8192,
     "rms_norm_eps": 1e-5,
     "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
-    "initializer_range": INIT_RANGE,
+    "initializer_range": 0.3,
 }
 _VISION: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 1,
     "num_attention_heads": 2,
-    "initializer_range": INIT_RANGE,
+    "initializer_range": 0.15,
 }
 
 
@@ -271,8 +271,6 @@ def _save_weights(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         model = model_class(config).eval()
-    with torch.no_grad():
-        model.model.connector.modality_projection.proj.weight.mul_(CONNECTOR_GAIN)
     # Only token ids: vLLM turns any sampling fields here into request defaults.
     model.generation_config = GenerationConfig(
         bos_token_id=ids[variant.bos],
