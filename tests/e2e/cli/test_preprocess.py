@@ -132,6 +132,7 @@ def test_prompt_ids_equal_vllm_tokenize(vision_model, string_format_model, fmt):
 def _family_dirs() -> dict:
     from tests.support import (
         gemma3_models,
+        idefics3_models,
         internvl_models,
         llama4_models,
         pixtral_models,
@@ -145,6 +146,10 @@ def _family_dirs() -> dict:
         "mistral3": lambda out: pixtral_models.build_model(out, weights=False),
         "pixtral": lambda out: pixtral_models.build_model(out, weights=False, kind="pixtral"),
         "llama4": lambda out: llama4_models.build_model(out, weights=False),
+        "idefics3": lambda out: idefics3_models.build_model(out, weights=False),
+        "smolvlm": lambda out: idefics3_models.build_model(
+            out, weights=False, variant=idefics3_models.SMOLVLM
+        ),
     }
 
 
