@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from multimodal import native
 from multimodal.processors.base import (
     ItemProcessor,
     ModelConfigError,
@@ -381,16 +382,26 @@ class Idefics3Processor(ItemProcessor):
         t, method = tiling.tile, self.settings.pixels.method
         h1, w1 = longest_edge_size(*image.shape[:2], tiling.longest_edge)
         resized = resize_to(image, h1, w1, method)
-        if not tiling.do_image_splitting:
-            out[0] = resize_to(resized, t, t, method).transpose(2, 0, 1)
+        if grid.tiles == 1:  # not split, or no larger than a tile: resized to one
+            _planes_into(resized, t, t, method, out[:1].reshape(1, 1, 3, t, t))
             return
+        # The global tile is resized from the tile-multiple image, so that one is kept whole.
         resized = resize_to(resized, grid.height, grid.width, method)
-        if grid.tiles == 1:
-            out[0] = resized.transpose(2, 0, 1)
-            return
-        tiles = resized.reshape(grid.rows, t, grid.cols, t, 3).transpose(0, 2, 4, 1, 3)
-        out[:-1].reshape(grid.rows, grid.cols, 3, t, t)[...] = tiles
-        out[-1] = resize_to(resized, t, t, method).transpose(2, 0, 1)
+        _planes_into(resized, grid.height, grid.width, method, out[:-1].reshape(
+            grid.rows, grid.cols, 3, t, t
+        ))  # fmt: skip
+        _planes_into(resized, t, t, method, out[-1:].reshape(1, 1, 3, t, t))
+
+
+def _planes_into(image: np.ndarray, height: int, width: int, method: str, out: np.ndarray) -> None:
+    """The image resized to height x width (untouched if it has that size), cut into out's
+    (rows, cols, 3, T, T) tiles: the native kernels write the planes as they resize."""
+    if native.AVAILABLE:
+        native.tiles(np.ascontiguousarray(image), height, width, method, out)
+        return
+    resized = resize_to(image, height, width, method)
+    rows, cols, _, t, _ = out.shape
+    out[...] = resized.reshape(rows, t, cols, t, 3).transpose(0, 2, 4, 1, 3)
 
 
 class SmolVLMProcessor(Idefics3Processor):

@@ -265,3 +265,18 @@ def test_families_are_told_apart():
     for other in ("llava", "idefics2", "gemma3", "qwen2_vl"):
         files = SimpleNamespace(config={"model_type": other}, preprocessor=pre, vocab={})
         assert not Idefics3Processor.matches(files) and not SmolVLMProcessor.matches(files)
+
+
+def test_the_numpy_tiles_equal_the_native_ones(model, monkeypatch):
+    """Without the native kernels the tiles are cut by numpy: the same bytes."""
+    from multimodal import native
+
+    ours = model[1]
+    images = [np.asarray(IMAGES[n]) for n in ("large", "tiny", "wide")]
+    for kwargs in ({}, {"do_image_splitting": False}):
+        settings = ours.resolve(kwargs)
+        with monkeypatch.context() as patch:
+            patch.setattr(native, "AVAILABLE", False)
+            plain = ours.process(images, settings, raw_pixels=True).tensors["pixel_values"]
+        fused = ours.process(images, settings, raw_pixels=True).tensors["pixel_values"]
+        assert np.array_equal(plain, fused)
