@@ -359,7 +359,8 @@ class Idefics3Processor(ItemProcessor):
             # neither rescaled nor normalized: transformers' padding step still makes floats
             pixels = planes.astype(np.float32)
         else:
-            pixels = self.pipeline.normalize(planes, np.empty(planes.shape, np.float32))
+            # SmolVLM's 13 tiles of 512px are 41 MB of floats: past malloc's reuse (OUTPUTS)
+            pixels = self.pipeline.normalize(planes, native.OUTPUTS.empty(planes.shape, np.float32))
         return ProcessedItems(
             tensors={
                 "pixel_values": pixels,
