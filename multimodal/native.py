@@ -25,6 +25,9 @@ except ImportError:  # not built (no C compiler at install time)
     _kernels = None
 
 AVAILABLE = _kernels is not None
+# An extension built before `normalize` existed (a stale in-place build) lacks it: its callers
+# then take the numpy path, which gives the same floats.
+HAS_NORMALIZE = AVAILABLE and hasattr(_kernels, "normalize")
 
 # (starts int32, sizes int32, weights int16 [n_out, stride], stride, precision), or None for an
 # axis that keeps its size: the argument layout of _kernels.

@@ -153,7 +153,7 @@ class PixelPipeline:
     def normalize(self, planes: np.ndarray, out: np.ndarray) -> np.ndarray:
         """uint8 channel planes (..., 3, H, W) to rescaled/normalized float32, into `out`."""
         s = self.settings
-        if s.do_normalize and native.AVAILABLE and _native_layout(planes, out):
+        if s.do_normalize and native.HAS_NORMALIZE and _native_layout(planes, out):
             return native.normalize(planes, self._mean_std, out)  # one pass, the same floats
         # The uint8 -> float32 cast first, then the float ops in place: the same float32
         # operations as casting inside each ufunc (exact), 15-25% faster than that.

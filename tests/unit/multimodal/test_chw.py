@@ -59,7 +59,8 @@ def test_rejects_what_is_not_an_rgb_image(src, out):
 
 
 def test_llava_finish_is_the_same_without_the_kernels(monkeypatch):
-    """LLaVA's last step, CHW uint8 or normalized float32, with and without native.chw."""
+    """LLaVA's last step, CHW uint8 or normalized float32, with and without native.chw and
+    native.normalize."""
     from multimodal.processors import pixels, transforms
 
     settings = pixels.pixel_settings(
@@ -74,6 +75,7 @@ def test_llava_finish_is_the_same_without_the_kernels(monkeypatch):
     crop = image(400, 500)[20:356, 30:366]
     with_kernels = [pipeline.finish(crop, raw) for raw in (True, False)]
     monkeypatch.setattr(transforms.native, "AVAILABLE", False)
+    monkeypatch.setattr(transforms.native, "HAS_NORMALIZE", False)  # numpy's normalize too
     without = [pipeline.finish(crop, raw) for raw in (True, False)]
     for ours, numpy_only in zip(with_kernels, without):
         assert ours.dtype == numpy_only.dtype and ours.shape == (3, 336, 336)
