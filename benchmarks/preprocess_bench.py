@@ -222,6 +222,17 @@ def build_glm4v(out_dir: Path) -> Path:
     return build_model(out_dir, "glm4v", weights=False, tiny=False)
 
 
+def build_idefics3(variant: str) -> Callable[[Path], Path]:
+    # The parity tests' weightless Idefics3 / SmolVLM with the released preprocessor configs
+    # (LANCZOS; 364px tiles, long edge 1456 / 512px tiles, long edge 2048).
+    def build(out_dir: Path) -> Path:
+        from tests.support.idefics3_models import VARIANTS, build_model
+
+        return build_model(out_dir, weights=False, variant=VARIANTS[variant])
+
+    return build
+
+
 FAMILIES = {
     "Qwen2.5-VL": build_qwen25,
     "Qwen2-VL": build_qwen_variant("qwen2_vl", QWEN2_PREPROCESSOR),
@@ -236,6 +247,8 @@ FAMILIES = {
     "LLaVA-OneVision": build_llava_onevision,
     "Gemma-4": build_gemma4,
     "GLM-4.xV": build_glm4v,
+    "Idefics3": build_idefics3("idefics3"),
+    "SmolVLM": build_idefics3("smolvlm"),
 }
 
 
@@ -317,11 +330,18 @@ def theirs(image_processor, image: Image.Image, raw: bool) -> np.ndarray:
         # bfloat16 pixels, which numpy cannot hold: torch's tensor, as float32 (exact)
         out = image_processor(images=[image], return_tensors="pt", **extra)["pixel_values"]
         return out.float().numpy()
-    return image_processor(images=[image], return_tensors="np", **extra)["pixel_values"]
+    out = image_processor(images=[image], return_tensors="np", **extra)["pixel_values"]
+    if type(image_processor).__name__ in BATCH_OF_ONE_PROCESSORS:
+        out = out[0]  # a view: the batch dimension vLLM squeezes
+    return out
 
 
 # Image processors that normalize in bfloat16 (return_tensors="np" refuses their output).
 BFLOAT16_PROCESSORS = ("Llama4ImageProcessor",)
+# Image processors whose tiles keep the images' batch dimension, which vLLM squeezes
+# (Idefics3's _postprocess_hf_mm_data), and which pad raw pixels into float32 (vLLM passes
+# those on as floats; our raw tiles are uint8, compared by value).
+BATCH_OF_ONE_PROCESSORS = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
 
 
 def variants(processor, image_processor, load, data: bytes) -> dict[str, Callable[[], object]]:
@@ -343,11 +363,13 @@ def variants(processor, image_processor, load, data: bytes) -> dict[str, Callabl
     return fns
 
 
-def check_parity(results: dict[str, np.ndarray]) -> str:
-    """Our tensors vs transformers': u8 must be identical, f32 within 1e-5."""
+def check_parity(results: dict[str, np.ndarray], raw_as_float: bool = False) -> str:
+    """Our tensors vs transformers': u8 must be identical (transformers' may be float32 whole
+    values with `raw_as_float`), f32 within 1e-5."""
     u8 = results["ours_u8"], results["hf_u8"]
     f32 = results["ours_f32"], results["hf_f32"]
-    same = u8[0].shape == u8[1].shape and u8[0].dtype == u8[1].dtype and np.array_equal(*u8)
+    dtype = np.float32 if raw_as_float else u8[0].dtype
+    same = u8[0].shape == u8[1].shape and u8[1].dtype == dtype and np.array_equal(*u8)
     close = f32[0].shape == f32[1].shape and f32[0].dtype == f32[1].dtype
     close = close and float(np.abs(f32[0] - f32[1]).max()) <= 1e-5
     return "yes" if same and close else "NO"
@@ -391,7 +413,9 @@ def bench_family(
                 "format": fmt,
                 "bytes": len(data),
                 "output": output_shape(results["ours_u8"]),
-                "same": check_parity(results),
+                "same": check_parity(
+                    results, type(image_processor).__name__ in BATCH_OF_ONE_PROCESSORS
+                ),
                 "median_ms": {v: statistics.median(runs[v]) for v in VARIANTS},
                 "min_ms": {v: min(runs[v]) for v in VARIANTS},
                 "runs_ms": runs,

@@ -6,8 +6,8 @@ model's own prompt-replacement rule in vLLM (e.g. Qwen2-VL: t*h*w / merge^2 pads
 from the item's tensors: no model knowledge lives here. A rule that asks for the raw media's
 size (Pixtral's, LLaVA-NeXT's) is handed blank stand-ins of the size an item's `image_sizes`
 (height, width: the HF processors' name) says; models whose rule needs more than that are
-admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3;
-_POOLED_POSITIONS: Gemma 4).
+admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3,
+Idefics3, SmolVLM; _POOLED_POSITIONS: Gemma 4).
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ log = logging.getLogger("mmgate.engine")
 # `num_patches` (crops + 1) says how many images its encoder embeds, each into
 # mm_tokens_per_image slots.
 _PER_ITEM_TENSOR = {"gemma3": ("num_patches", "mm_tokens_per_image")}
+# Idefics3's and SmolVLM's rule counts tiles from the image size and the request's kwargs as
+# well; its get_num_image_tokens is `num_patches` (tiles + 1) x the HF processor's
+# image_seq_len, a field the model config lacks (_per_unit reads it from the processor).
+_PER_ITEM_TENSOR.update(dict.fromkeys(("idefics3", "smolvlm"), ("num_patches", "image_seq_len")))
 # Gemma 4's rule sizes the replacement from the raw image and the request's max_soft_tokens,
 # neither of which reaches the worker; its encoder embeds one token per pooling x pooling block
 # of patch positions (the vision pooler's count: padding, at (-1, -1), falls in block 0).
@@ -43,10 +47,19 @@ class EmbeddingSlots:
         self._tokenizer = engine.tokenizer
         config = getattr(getattr(engine, "model_config", None), "hf_config", None)
         rule = _PER_ITEM_TENSOR.get(getattr(config, "model_type", None))
-        self._per_item = (rule[0], int(getattr(config, rule[1]))) if rule else None
+        per_unit = self._per_unit(config, rule[1]) if rule else None
+        self._per_item = (rule[0], per_unit) if per_unit is not None else None
         pooled = _POOLED_POSITIONS.get(getattr(config, "model_type", None))
         vision = getattr(config, "vision_config", None)
         self._pooled = (pooled[0], int(getattr(vision, pooled[1]))) if pooled else None
+
+    def _per_unit(self, config: Any, field: str) -> int | None:
+        """Slots per unit of the tensor: the model config's `field`, else vLLM's HF
+        processor's (None, checking nothing, if neither has it)."""
+        value = getattr(config, field, None)
+        if value is None and self._processor is not None:
+            value = getattr(self._processor.info.get_hf_processor(), field, None)
+        return None if value is None else int(value)
 
     def check(
         self, mm_kwargs: MultiModalKwargsItems, placeholders: dict[str, list[PlaceholderRange]]

@@ -25,6 +25,9 @@ except ImportError:  # not built (no C compiler at install time)
     _kernels = None
 
 AVAILABLE = _kernels is not None
+# An extension built before `normalize` existed (a stale in-place build) lacks it: its callers
+# then take the numpy path, which gives the same floats.
+HAS_NORMALIZE = AVAILABLE and hasattr(_kernels, "normalize")
 
 # (starts int32, sizes int32, weights int16 [n_out, stride], stride, precision), or None for an
 # axis that keeps its size: the argument layout of _kernels.
@@ -166,6 +169,19 @@ def chw(image: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if out is None:
         out = np.empty((3, *image.shape[:2]), np.uint8)
     _kernels.chw(image, out)
+    return out
+
+
+def normalize(planes: np.ndarray, mean_std: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """uint8 channel planes (..., 3, H, W), C-contiguous, to float32 (x - mean[c]) / std[c]
+    into `out` (C-contiguous float32 of the same shape); `mean_std` is float32 means then
+    stds. The same float32 operations as numpy's subtract then divide, in one pass."""
+    if not (planes.flags.c_contiguous and out.flags.c_contiguous and planes.ndim >= 3):
+        raise ValueError("expected C-contiguous (..., 3, H, W) planes and output")
+    if planes.shape[-3] != 3 or out.shape != planes.shape or out.dtype != np.float32:
+        raise ValueError(f"expected (..., 3, H, W) planes and a float32 output, got {out.shape}")
+    plane = planes.shape[-2] * planes.shape[-1]
+    _kernels.normalize(planes, planes.size // plane if plane else 0, plane, mean_std, out)
     return out
 
 

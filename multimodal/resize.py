@@ -1,8 +1,9 @@
 """Resize uint8 images exactly as torchvision does on CPU (what HF image processors run).
 
 HuggingFace image processors (transformers >= 5, torchvision backend) call
-``torchvision.transforms.v2.functional.resize(uint8 CHW tensor, size, BICUBIC|BILINEAR,
-antialias=True)``.  On CPU torchvision keeps the uint8 tensor (no float round trip): int16
+``torchvision.transforms.v2.functional.resize(uint8 CHW tensor, size, BICUBIC|BILINEAR|
+LANCZOS, antialias=True)``.  On CPU torchvision keeps the uint8 tensor (no float round trip;
+LANCZOS too, as torch's ``_upsample_lanczos2d_aa`` in torch 2.13 / torchvision 0.28): int16
 fixed-point weights per axis (multimodal.resize_weights), ``clamp((sum(w * x) + 2**(p-1)) >> p,
 0, 255)`` with an int32 accumulator, two passes, horizontal (width) first, the intermediate
 image stored as uint8 (rounded and clamped), so the order matters.  An axis whose size does not
@@ -52,7 +53,7 @@ def resize(
 
     Equivalent to ``torchvision.transforms.v2.functional.resize(torch.from_numpy(image)
     .permute(2, 0, 1), [height, width], interpolation, antialias=True)`` transposed back to
-    HxWxC; ``method`` is "bicubic" or "bilinear"; ``backend`` one of ``BACKENDS``.
+    HxWxC; ``method`` is "bicubic", "bilinear" or "lanczos"; ``backend`` one of ``BACKENDS``.
 
     With ``crop``, only that window of the resized image: the same pixels as slicing the whole
     result, but the native kernels compute no pixel outside it (each output pixel depends on its

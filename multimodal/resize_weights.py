@@ -1,17 +1,21 @@
 """torchvision's fixed-point resampling weights, shared by both resize backends.
 
-torchvision's CPU resize of uint8 images (``torch._upsample_{bicubic,bilinear}2d_aa``, kernel
-``aten/src/ATen/native/cpu/UpSampleKernelAVXAntialias.h``, a port of Pillow-SIMD; the NEON and
-generic fallbacks compute the same thing) derives, per output index ``i`` of one axis, in
-float64, exactly as Pillow does:
+torchvision's CPU resize of uint8 images (``torch._upsample_{bicubic,bilinear,lanczos}2d_aa``,
+kernel ``aten/src/ATen/native/cpu/UpSampleKernelAVXAntialias.h``, a port of Pillow-SIMD; the
+NEON and generic fallbacks compute the same thing) derives, per output index ``i`` of one axis,
+in float64, exactly as Pillow does:
 
 * ``scale = in/out``, ``support = taps/2 * max(scale, 1)`` (taps = 4 for bicubic, 2 for
-  bilinear), ``center = scale * (i + 0.5)``, first input ``xmin = max(int(center - support
-  + 0.5), 0)``, count ``min(int(center + support + 0.5), in) - xmin``, weight of input ``x``
+  bilinear, 6 for lanczos), ``center = scale * (i + 0.5)``, first input
+  ``xmin = max(int(center - support + 0.5), 0)``, count
+  ``min(int(center + support + 0.5), in) - xmin``, weight of input ``x``
   = ``filter((x - center + 0.5) / max(scale, 1))`` normalised to sum 1.  The bicubic filter
   is Keys' cubic with ``a = -0.5`` for *every* scale factor: with antialias=True upscaling
   uses this same kernel (not the ``a = -0.75`` of the antialias=False path); bilinear is
-  the triangle filter.
+  the triangle filter; lanczos is Lanczos-3, ``sinc(x) * sinc(x / 3)`` (ATen's
+  HelperInterpLanczos, Pillow's filter, ``sinc(x) = sin(pi x) / (pi x)`` in float64; numpy's
+  sin gives libm's values here, which tests/unit/multimodal/test_resize.py checks through
+  the pixels).
 * Fixed point: the weights of an axis are scaled by ``2**p`` and rounded half away from
   zero to int16, where ``p`` (at most 22) is the largest precision keeping the largest
   weight of the whole axis below ``2**15``.
@@ -42,8 +46,21 @@ def _triangle(x: np.ndarray) -> np.ndarray:
     return np.where(x < 1.0, 1.0 - x, 0.0)
 
 
+def _sinc(x: np.ndarray) -> np.ndarray:
+    # ATen's HelperInterpLanczos::sinc_filter (Pillow's): sin(x * pi) / (x * pi), 1 at 0.
+    x = x * math.pi
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(x == 0.0, 1.0, np.sin(x) / x)
+
+
+def _lanczos(x: np.ndarray) -> np.ndarray:
+    # ATen's HelperInterpLanczos::aa_filter: Lanczos-3, sinc(x) * sinc(x / 3) for |x| < 3.
+    x = np.abs(x)
+    return np.where(x < 3.0, _sinc(x) * _sinc(x / 3.0), 0.0)
+
+
 # method -> (filter support at scale 1, i.e. taps when upscaling, filter)
-_FILTERS = {"bicubic": (4, _cubic), "bilinear": (2, _triangle)}
+_FILTERS = {"bicubic": (4, _cubic), "bilinear": (2, _triangle), "lanczos": (6, _lanczos)}
 METHODS = tuple(sorted(_FILTERS))
 
 

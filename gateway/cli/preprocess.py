@@ -160,6 +160,9 @@ def compare_hf(
         if str(theirs.dtype) == "torch.bfloat16":
             theirs = theirs.float()  # exact
         theirs = np.asarray(theirs)
+        if theirs.shape == (1, *ours.shape):
+            # the one prompt's batch dimension, which vLLM squeezes (Idefics3's tiles)
+            theirs = theirs[0]
         if theirs.shape != ours.shape:
             result[key] = (
                 f"shape differs: ours {list(ours.shape)}, transformers {list(theirs.shape)}"

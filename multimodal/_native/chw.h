@@ -10,4 +10,10 @@
  * Safe to call without the GIL. */
 void chw_planes(const uint8_t *src, int h, int w, size_t row_stride, uint8_t *out);
 
+/* `planes` uint8 planes of `plane` values each, channels 0, 1, 2 in turn (images' or tiles'
+ * CHW planes one after another), to float32 (x - mean[c]) / std[c] at `out`: `mean_std` holds
+ * the 3 means, then the 3 stds. One pass where numpy makes three. Safe without the GIL. */
+void chw_normalize(const uint8_t *src, size_t planes, int plane, const float *mean_std,
+                   float *out);
+
 #endif

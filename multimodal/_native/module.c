@@ -289,6 +289,35 @@ static PyObject *py_chw(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- uint8 planes to normalized float32 ---------------------------------------------------- */
+
+static PyObject *py_normalize(PyObject *self, PyObject *args)
+{
+    Py_buffer src, dst, mean_std;
+    Py_ssize_t planes, plane;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nny*w*", &src, &planes, &plane, &mean_std, &dst))
+        return NULL;
+    const int ok = planes >= 0 && plane > 0 && plane <= INT_MAX && src.len == planes * plane &&
+                   dst.len == src.len * (Py_ssize_t)sizeof(float) &&
+                   mean_std.len == (Py_ssize_t)(6 * sizeof(float));
+    if (!ok)
+        PyErr_SetString(PyExc_ValueError,
+                        "normalize takes planes x plane uint8 values, 3 means and 3 stds "
+                        "(float32) and a float32 output of as many values");
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        chw_normalize(src.buf, (size_t)planes, (int)plane, mean_std.buf, dst.buf);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&mean_std);
+    PyBuffer_Release(&dst);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_kernels(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -324,6 +353,9 @@ static PyMethodDef methods[] = {
      "left): the resized image at (top, left) of a zeroed canvas of rows x cols CHW tiles"},
     {"chw", py_chw, METH_VARARGS,
      "chw(src, dst): an HxWx3 uint8 array (rows may be strided) to 3 planes of HxW bytes"},
+    {"normalize", py_normalize, METH_VARARGS,
+     "normalize(src, planes, plane, mean_std, dst): uint8 channel planes (channels 0, 1, 2 in "
+     "turn) to float32 (x - mean[c]) / std[c]"},
     {"kernels", py_kernels, METH_NOARGS, "The kernels in use: 'avx512', 'avx2' or 'generic'."},
     {"use_kernels", py_use_kernels, METH_VARARGS,
      "use_kernels('generic' | 'avx2' | 'avx512'): use kernels up to that level (tests only, not "

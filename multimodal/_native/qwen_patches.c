@@ -68,7 +68,7 @@ AVX2 static int normalize_avx2(const uint8_t *values, int n, float mean, float s
 }
 #endif
 
-static void normalize(const uint8_t *values, int n, float mean, float std, float *out)
+void normalize_u8(const uint8_t *values, int n, float mean, float std, float *out)
 {
     int done = 0;
 #ifdef MMGATE_X86
@@ -211,7 +211,7 @@ void qwen_patches_row(void *ctx, int y, const uint8_t *row)
         const size_t plane = (size_t)rows * q->width;
         float *at = (float *)q->band + (size_t)(y % rows) * q->width;
         for (int c = 0; c < 3; c++)
-            normalize(row + c * q->plane, q->width, q->normalize[c], q->normalize[3 + c],
+            normalize_u8(row + c * q->plane, q->width, q->normalize[c], q->normalize[3 + c],
                       at + c * plane);
     }
     if (y % rows == rows - 1)

@@ -31,9 +31,16 @@ Raw pixels: vLLM 0.32 does not normalize Idefics3 pixels on device; with `raw_pi
 are uint8 holding the values transformers gives with do_rescale and do_normalize off (it hands
 them over as float32 after its padding step).
 
-Resampling: the released checkpoints ask for LANCZOS, which torchvision >= 0.27 runs natively
-on CPU. This family serves such a model only once `multimodal.resize` knows "lanczos";
-until then `matches` declines it and the engine workers preprocess its images.
+Resampling: the released checkpoints (Idefics3's and SmolVLM's) ask for LANCZOS, which
+torchvision 0.28 runs on uint8 tensors on CPU (torch's `_upsample_lanczos2d_aa`) and
+`multimodal.resize` reproduces bit for bit; BICUBIC and BILINEAR configs are served too. A
+model asking for another filter (NEAREST, BOX, HAMMING) is declined by `matches`, so the
+engine workers preprocess its images rather than the gateway giving other pixels.
+
+SmolVLM (SmolVLM2 checkpoints, model_type `smolvlm`): the same image processor and
+replacement; its processor takes the three token strings from tokenizer attributes
+(`image_token`, `fake_image_token`, `global_image_token`, the tokenizer config's
+extra_special_tokens) with Idefics3's strings as defaults, and so does this file.
 
 Options (mm_processor_kwargs, as vLLM merges them into both the processor call and its
 count): `do_image_splitting`; `size.longest_edge`, which must be a multiple of the tile side
@@ -45,12 +52,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from multimodal import native
 from multimodal.processors.base import (
     ItemProcessor,
     ModelConfigError,
@@ -169,17 +177,29 @@ def vllm_rows_cols(height: int, width: int, tiling: Idefics3Tiling) -> tuple[int
     return (rows, cols) if rows > 1 or cols > 1 else (0, 0)
 
 
-def replacement_text(rows: int, cols: int, seq_len: int) -> str:
+@dataclass(frozen=True)
+class ImageTokens:
+    """The token strings of the replacement (vLLM's `_get_image_token`)."""
+
+    image: str = IMAGE
+    fake: str = FAKE
+    global_tag: str = GLOBAL
+
+
+def replacement_text(
+    rows: int, cols: int, seq_len: int, tokens: ImageTokens = ImageTokens()
+) -> str:
     """vLLM's Idefics3ProcessingInfo.get_image_repl."""
-    run = IMAGE * seq_len
-    global_tile = FAKE + GLOBAL + run
+    run = tokens.image * seq_len
+    fake = tokens.fake
+    global_tile = fake + tokens.global_tag + run
     if rows == 0 and cols == 0:
-        return global_tile + FAKE
+        return global_tile + fake
     grid = "".join(
-        "".join(f"{FAKE}<row_{r + 1}_col_{c + 1}>{run}" for c in range(cols)) + "\n"
+        "".join(f"{fake}<row_{r + 1}_col_{c + 1}>{run}" for c in range(cols)) + "\n"
         for r in range(rows)
     )
-    return grid + "\n" + global_tile + FAKE
+    return grid + "\n" + global_tile + fake
 
 
 @dataclass(frozen=True)
@@ -190,6 +210,7 @@ class Idefics3Settings:
     vision_image_size: int  # the tile side the vision tower takes
     seq_len: int  # <image> tokens per tile
     pixels: PixelSettings
+    tokens: ImageTokens = ImageTokens()
 
 
 def resample_method(pre: Any) -> str | None:
@@ -198,7 +219,7 @@ def resample_method(pre: Any) -> str | None:
     return method if method in METHODS else None
 
 
-def settings_from(files: ModelConfigs) -> Idefics3Settings:
+def settings_from(files: ModelConfigs, tokens: ImageTokens = ImageTokens()) -> Idefics3Settings:
     pre, config = files.preprocessor, files.config
     vision = config.get("vision_config") or {}
     image_size, patch_size = int(vision.get("image_size", 224)), int(vision.get("patch_size", 32))
@@ -239,7 +260,7 @@ def settings_from(files: ModelConfigs) -> Idefics3Settings:
         )
     # Idefics3Model.image_seq_len: what the connector produces per tile.
     seq_len = int((image_size // patch_size) ** 2 / scale**2)
-    return Idefics3Settings(tiling, image_size, seq_len, pixels)
+    return Idefics3Settings(tiling, image_size, seq_len, pixels, tokens)
 
 
 class Idefics3Processor(ItemProcessor):
@@ -256,27 +277,34 @@ class Idefics3Processor(ItemProcessor):
         self._encode: Callable[[int, int], tuple[int, ...]] = functools.lru_cache(maxsize=64)(
             lambda rows, cols: tuple(
                 tokenizer.encode(
-                    replacement_text(rows, cols, settings.seq_len), add_special_tokens=False
+                    replacement_text(rows, cols, settings.seq_len, settings.tokens),
+                    add_special_tokens=False,
                 ).ids
             )
         )
 
     @classmethod
     def matches(cls, files: ModelConfigs) -> bool:
-        # A resample the shared resize cannot reproduce (LANCZOS, for now) leaves the model to
-        # the engine workers' own processing rather than serving it with other pixels.
+        # A filter the shared resize cannot reproduce (NEAREST, BOX, HAMMING) leaves the model
+        # to the engine workers' own processing rather than serving it with other pixels.
         return matches_model(files, cls.model_types, IMAGE_PROCESSORS) and (
             resample_method(files.preprocessor) is not None
         )
 
     @classmethod
+    def image_tokens(cls, files: ModelConfigs) -> ImageTokens:
+        """Idefics3Processor's token strings are fixed."""
+        return ImageTokens()
+
+    @classmethod
     def from_files(cls, files: ModelConfigs) -> Idefics3Processor:
+        tokens = cls.image_tokens(files)
         token = files.config.get("image_token_id")
         if token is None:
-            if IMAGE not in files.vocab:
-                raise ModelConfigError(f"the tokenizer lacks the image token {IMAGE}")
-            token = files.vocab[IMAGE]
-        return cls(settings_from(files), int(token), files.tokenizer)
+            if tokens.image not in files.vocab:
+                raise ModelConfigError(f"the tokenizer lacks the image token {tokens.image}")
+            token = files.vocab[tokens.image]
+        return cls(settings_from(files, tokens), int(token), files.tokenizer)
 
     @property
     def anchor_token_id(self) -> int:
@@ -331,7 +359,8 @@ class Idefics3Processor(ItemProcessor):
             # neither rescaled nor normalized: transformers' padding step still makes floats
             pixels = planes.astype(np.float32)
         else:
-            pixels = self.pipeline.normalize(planes, np.empty(planes.shape, np.float32))
+            # SmolVLM's 13 tiles of 512px are 41 MB of floats: past malloc's reuse (OUTPUTS)
+            pixels = self.pipeline.normalize(planes, native.OUTPUTS.empty(planes.shape, np.float32))
         return ProcessedItems(
             tensors={
                 "pixel_values": pixels,
@@ -354,22 +383,58 @@ class Idefics3Processor(ItemProcessor):
         t, method = tiling.tile, self.settings.pixels.method
         h1, w1 = longest_edge_size(*image.shape[:2], tiling.longest_edge)
         resized = resize_to(image, h1, w1, method)
-        if not tiling.do_image_splitting:
-            out[0] = resize_to(resized, t, t, method).transpose(2, 0, 1)
+        if grid.tiles == 1:  # not split, or no larger than a tile: resized to one
+            _planes_into(resized, t, t, method, out[:1].reshape(1, 1, 3, t, t))
             return
+        # The global tile is resized from the tile-multiple image, so that one is kept whole.
         resized = resize_to(resized, grid.height, grid.width, method)
-        if grid.tiles == 1:
-            out[0] = resized.transpose(2, 0, 1)
-            return
-        tiles = resized.reshape(grid.rows, t, grid.cols, t, 3).transpose(0, 2, 4, 1, 3)
-        out[:-1].reshape(grid.rows, grid.cols, 3, t, t)[...] = tiles
-        out[-1] = resize_to(resized, t, t, method).transpose(2, 0, 1)
+        _planes_into(resized, grid.height, grid.width, method, out[:-1].reshape(
+            grid.rows, grid.cols, 3, t, t
+        ))  # fmt: skip
+        _planes_into(resized, t, t, method, out[-1:].reshape(1, 1, 3, t, t))
+
+
+def _planes_into(image: np.ndarray, height: int, width: int, method: str, out: np.ndarray) -> None:
+    """The image resized to height x width (untouched if it has that size), cut into out's
+    (rows, cols, 3, T, T) tiles: the native kernels write the planes as they resize."""
+    if native.AVAILABLE:
+        native.tiles(np.ascontiguousarray(image), height, width, method, out)
+        return
+    resized = resize_to(image, height, width, method)
+    rows, cols, _, t, _ = out.shape
+    out[...] = resized.reshape(rows, t, cols, t, 3).transpose(0, 2, 4, 1, 3)
 
 
 class SmolVLMProcessor(Idefics3Processor):
-    """SmolVLM: Idefics3's processing and replacement under another model_type (vLLM's
-    SmolVLMProcessingInfo only reads the global tag from another attribute)."""
+    """SmolVLM: Idefics3's processing and replacement under another model_type, the token
+    strings read as transformers' SmolVLMProcessor reads them (vLLM's SmolVLMProcessingInfo
+    takes them from that processor)."""
 
     family = "smolvlm"
     title = "SmolVLM"
     model_types = ("smolvlm",)
+
+    @classmethod
+    def image_tokens(cls, files: ModelConfigs) -> ImageTokens:
+        # getattr(tokenizer, "image_token", "<image>") and the like.
+        named = named_tokens(getattr(files, "tokenizer_config", None) or {})
+        return ImageTokens(
+            image=named.get("image_token", IMAGE),
+            fake=named.get("fake_image_token", FAKE),
+            global_tag=named.get("global_image_token", GLOBAL),
+        )
+
+
+def named_tokens(tokenizer_config: Mapping[str, Any]) -> dict[str, str]:
+    """A transformers tokenizer's named model-specific tokens, from its config: every
+    top-level `*_token` string (what transformers 5 writes, and reads back as attributes),
+    then the `extra_special_tokens` mapping (the other layout it reads)."""
+
+    def text(value: Any) -> str | None:
+        if isinstance(value, Mapping):  # a serialized AddedToken
+            value = value.get("content")
+        return value if isinstance(value, str) else None
+
+    extra = tokenizer_config.get("extra_special_tokens")
+    pairs = [*tokenizer_config.items(), *(extra.items() if isinstance(extra, Mapping) else ())]
+    return {k: t for k, v in pairs if k.endswith("_token") and (t := text(v)) is not None}

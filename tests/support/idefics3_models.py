@@ -1,40 +1,48 @@
-"""A tiny random-weight Idefics3 model directory, written at test time (no hub access).
+"""Tiny random-weight Idefics3 and SmolVLM model directories, written at test time (no hub).
 
 A Llama decoder under an Idefics3 (SigLIP-like) vision tower, one layer each, head_dim 32 in
-both (vLLM's CPU attention), seeded random weights; our locally trained BPE with Idefics3's
+both (vLLM's CPU attention), seeded random weights; our locally trained BPE with the family's
 special tokens (`<fake_token_around_image>`, `<image>`, `<end_of_utterance>`, `<global-img>`,
-`<row_R_col_C>` for a 6x6 grid) as added tokens, vocab = len(tokenizer); the released chat
-template (HuggingFaceM4/Idefics3-8B-Llama3: "User:<image>...<end_of_utterance>\\nAssistant:");
-and the released preprocessor settings unchanged: tiles of 364px (the vision image_size, 14px
-patches, scale_factor 2: 169 `<image>` per tile), the long edge resized to 1456 (at most 4x4
-tiles plus the global one), mean/std 0.5, LANCZOS. `resample` picks another filter, for the
-parity tests while the gateway's resize lacks LANCZOS.
+`<row_R_col_C>` for a 6x6 grid) as added tokens, vocab = len(tokenizer); and the released
+image-processor settings, LANCZOS included (`resample` picks another filter, for tests).
 
-SmolVLM is not built here: transformers' SmolVLMProcessor needs the `num2words` package,
-which the venv lacks.
+- `IDEFICS3` (model_type `idefics3`): HuggingFaceM4/Idefics3-8B-Llama3's chat template
+  ("User:<image>...<end_of_utterance>\\nAssistant:") and preprocessor config: tiles of 364px
+  (the vision image_size, 14px patches, scale_factor 2: 169 `<image>` per tile), the long edge
+  resized to 1456 (at most 4x4 tiles plus the global one), mean/std 0.5.
+- `SMOLVLM` (model_type `smolvlm`, SmolVLM2): transformers' SmolVLM chat template (its
+  DEFAULT_CHAT_TEMPLATE, "<|im_start|>User:<image>..."), SmolLM2's `<|im_start|>` /
+  `<|im_end|>` specials, the token strings also named in the tokenizer config as
+  SmolVLMProcessor reads them, and SmolVLM2-256M/500M's image geometry: tiles of 512px (16px
+  patches, scale_factor 4: 64 `<image>` per tile), the long edge resized to 2048. Building it
+  needs the `num2words` package (transformers' SmolVLMProcessor refuses to start without).
+
+The weights are drawn with initializer_range 0.3 in the decoder and 0.15 in the vision tower
+(as fallback_models.py explains, small weights make greedy text ignore the prompt): with 0.15
+in both, SmolVLM's greedy text was the same for 4 of 6 different 150x110 images (transformers'
+generate); with these, all 6 differ in both variants, and
+tests/e2e/gateway/test_family_idefics3.py asserts it on vLLM. Scaling the connector's output
+up does nothing: the decoder normalizes each position before attending.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MODEL_TYPE = "idefics3"
 IMAGE = "<image>"
 FAKE = "<fake_token_around_image>"
 GLOBAL = "<global-img>"
 END_OF_UTTERANCE = "<end_of_utterance>"
-BOS = "<|begin_of_text|>"
-EOS = "<|end_of_text|>"
-PAD = "<|reserved_special_token_0|>"
 GRID_SIDE = 6
 TILE_TOKENS = tuple(
     f"<row_{r}_col_{c}>" for r in range(1, GRID_SIDE + 1) for c in range(1, GRID_SIDE + 1)
 )
-SPECIAL_TOKENS = (BOS, EOS, PAD, FAKE, IMAGE, END_OF_UTTERANCE, GLOBAL, *TILE_TOKENS)
+IMAGE_SPECIALS = (FAKE, IMAGE, END_OF_UTTERANCE, GLOBAL, *TILE_TOKENS)
 
 # HuggingFaceM4/Idefics3-8B-Llama3's chat template, verbatim.
-CHAT_TEMPLATE = (
+IDEFICS3_TEMPLATE = (
     "<|begin_of_text|>{% for message in messages %}{{message['role'].capitalize()}}"
     "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
     "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
@@ -43,25 +51,78 @@ CHAT_TEMPLATE = (
 )
 
 LANCZOS, BILINEAR, BICUBIC = 1, 2, 3
-TILE = 364
-# Idefics3-8B-Llama3's preprocessor_config.json.
-IMAGE_PROCESSOR_KWARGS: dict[str, Any] = {
-    "do_convert_rgb": True,
-    "do_image_splitting": True,
-    "do_normalize": True,
-    "do_pad": True,
-    "do_rescale": True,
-    "do_resize": True,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-    "max_image_size": {"longest_edge": TILE},
-    "resample": LANCZOS,
-    "rescale_factor": 1 / 255,
-    "size": {"longest_edge": 4 * TILE},
-}
-SCALE_FACTOR = 2
-PATCH = 14
-IMAGE_SEQ_LEN = (TILE // PATCH) ** 2 // SCALE_FACTOR**2  # 169
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One family's released settings, as far as the tiny model takes them."""
+
+    model_type: str
+    tile: int  # vision image_size = max_image_size.longest_edge
+    patch: int
+    scale_factor: int
+    tiles_per_edge: int  # size.longest_edge = tiles_per_edge * tile
+    bos: str
+    pad: str
+    text_specials: tuple[str, ...]  # before the image specials in the vocabulary
+    named_tokens: dict[str, str] = field(default_factory=dict)  # tokenizer attributes
+
+    @property
+    def image_seq_len(self) -> int:
+        return (self.tile // self.patch) ** 2 // self.scale_factor**2
+
+    @property
+    def longest_edge(self) -> int:
+        return self.tiles_per_edge * self.tile
+
+    def image_processor_kwargs(self, resample: int) -> dict[str, Any]:
+        """The released preprocessor_config.json's values (both families' read the same)."""
+        return {
+            "do_convert_rgb": True,
+            "do_image_splitting": True,
+            "do_normalize": True,
+            "do_pad": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "max_image_size": {"longest_edge": self.tile},
+            "resample": resample,
+            "rescale_factor": 1 / 255,
+            "size": {"longest_edge": self.longest_edge},
+        }
+
+
+IDEFICS3 = Variant(
+    model_type="idefics3",
+    tile=364,
+    patch=14,
+    scale_factor=2,
+    tiles_per_edge=4,
+    bos="<|begin_of_text|>",
+    pad="<|reserved_special_token_0|>",
+    text_specials=("<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>"),
+)
+SMOLVLM = Variant(
+    model_type="smolvlm",
+    tile=512,
+    patch=16,
+    scale_factor=4,
+    tiles_per_edge=4,
+    bos="<|im_start|>",
+    pad="<|im_end|>",
+    text_specials=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+    named_tokens={
+        "image_token": IMAGE,
+        "fake_image_token": FAKE,
+        "global_image_token": GLOBAL,
+        "end_of_utterance_token": END_OF_UTTERANCE,
+    },
+)
+VARIANTS = {v.model_type: v for v in (IDEFICS3, SMOLVLM)}
+# Kept for the tests written against Idefics3's numbers.
+TILE = IDEFICS3.tile
+IMAGE_SEQ_LEN = IDEFICS3.image_seq_len  # 169
 
 SEED = 1234
 _TEXT: dict[str, Any] = {
@@ -74,96 +135,146 @@ _TEXT: dict[str, Any] = {
     "max_position_embeddings": 8192,
     "rms_norm_eps": 1e-5,
     "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
-    # As fallback_models.py explains: small enough that greedy text varies with the prompt.
-    "initializer_range": 0.15,
+    "initializer_range": 0.3,
 }
 _VISION: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 1,
     "num_attention_heads": 2,
-    "image_size": TILE,
-    "patch_size": PATCH,
     "initializer_range": 0.15,
 }
 
 
-def _tokenizer() -> Any:
+def chat_template(variant: Variant) -> str:
+    if variant is IDEFICS3:
+        return IDEFICS3_TEMPLATE
+    from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE
+
+    return DEFAULT_CHAT_TEMPLATE
+
+
+def _tokenizer(variant: Variant) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     from engine_server.tiny_models import _base_tokenizer
 
+    extra = {"extra_special_tokens": dict(variant.named_tokens)} if variant.named_tokens else {}
     return PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
-        bos_token=BOS,
+        tokenizer_object=_base_tokenizer((*variant.text_specials, *IMAGE_SPECIALS)),
+        bos_token=variant.bos,
         eos_token=END_OF_UTTERANCE,
-        pad_token=PAD,
-        chat_template=CHAT_TEMPLATE,
+        pad_token=variant.pad,
+        chat_template=chat_template(variant),
         model_max_length=_TEXT["max_position_embeddings"],
         clean_up_tokenization_spaces=False,
+        **extra,
     )
 
 
-def build_model(out_dir: Path, weights: bool = True, resample: int = LANCZOS) -> Path:
-    """Write the tiny Idefics3 model (config, weights when `weights`, tokenizer, processor)."""
-    from transformers import Idefics3Config, Idefics3ImageProcessor, Idefics3Processor
-
+def build_model(
+    out_dir: Path, weights: bool = True, resample: int = LANCZOS, variant: Variant = IDEFICS3
+) -> Path:
+    """Write a tiny model of `variant` (config, weights when `weights`, tokenizer, processor)."""
     from engine_server.tiny_models import _patch_tokenizer_files, _write_json
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = _tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS, PAD, IMAGE, END_OF_UTTERANCE)}
+    tokenizer = _tokenizer(variant)
+    names = (variant.bos, variant.pad, IMAGE, END_OF_UTTERANCE)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in names}
     text = {
         **_TEXT,
         "vocab_size": len(tokenizer),
-        "bos_token_id": ids[BOS],
+        "bos_token_id": ids[variant.bos],
         "eos_token_id": ids[END_OF_UTTERANCE],
-        "pad_token_id": ids[PAD],
+        "pad_token_id": ids[variant.pad],
         "tie_word_embeddings": False,
     }
-    config = Idefics3Config(
+    vision = {**_VISION, "image_size": variant.tile, "patch_size": variant.patch}
+    classes = _classes(variant)
+    config = classes["config"](
         text_config=text,
-        vision_config=dict(_VISION),
+        vision_config=vision,
         image_token_id=ids[IMAGE],
-        scale_factor=SCALE_FACTOR,
-        pad_token_id=ids[PAD],
+        scale_factor=variant.scale_factor,
+        pad_token_id=ids[variant.pad],
         tie_word_embeddings=False,
         dtype="float32",
     )
-    config.architectures = ["Idefics3ForConditionalGeneration"]
+    config.architectures = [classes["model"].__name__]
     if weights:
-        _save_weights(config, ids, out_dir)
+        _save_weights(classes["model"], config, ids, variant, out_dir)
     else:
         config.save_pretrained(out_dir)
-    image_processor = Idefics3ImageProcessor(**{**IMAGE_PROCESSOR_KWARGS, "resample": resample})
-    processor = Idefics3Processor(
+    image_processor = classes["image_processor"](**variant.image_processor_kwargs(resample))
+    extra = (
+        {"video_processor": classes["video_processor"]()} if "video_processor" in classes else {}
+    )
+    processor = classes["processor"](
         image_processor=image_processor,
         tokenizer=tokenizer,
-        image_seq_len=IMAGE_SEQ_LEN,
-        chat_template=CHAT_TEMPLATE,
+        image_seq_len=variant.image_seq_len,
+        chat_template=chat_template(variant),
+        **extra,
     )
     processor.save_pretrained(out_dir)
-    _patch_tokenizer_files(out_dir, tokenizer, CHAT_TEMPLATE)
+    _patch_tokenizer_files(out_dir, tokenizer, chat_template(variant))
     # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout);
     # transformers 5 nests the same settings in processor_config.json.
     _write_json(
         out_dir / "preprocessor_config.json",
-        {**image_processor.to_dict(), "processor_class": "Idefics3Processor"},
+        {**image_processor.to_dict(), "processor_class": classes["processor"].__name__},
     )
     return out_dir
 
 
-def _save_weights(config: Any, ids: dict[str, int], out_dir: Path) -> None:
+def _classes(variant: Variant) -> dict[str, Any]:
+    if variant is IDEFICS3:
+        from transformers import (
+            Idefics3Config,
+            Idefics3ForConditionalGeneration,
+            Idefics3ImageProcessor,
+            Idefics3Processor,
+        )
+
+        return {
+            "config": Idefics3Config,
+            "model": Idefics3ForConditionalGeneration,
+            "image_processor": Idefics3ImageProcessor,
+            "processor": Idefics3Processor,
+        }
+    from transformers import (
+        SmolVLMConfig,
+        SmolVLMForConditionalGeneration,
+        SmolVLMImageProcessor,
+        SmolVLMProcessor,
+        SmolVLMVideoProcessor,
+    )
+
+    return {
+        "config": SmolVLMConfig,
+        "model": SmolVLMForConditionalGeneration,
+        "image_processor": SmolVLMImageProcessor,
+        "video_processor": SmolVLMVideoProcessor,
+        "processor": SmolVLMProcessor,
+    }
+
+
+def _save_weights(
+    model_class: Any, config: Any, ids: dict[str, int], variant: Variant, out_dir: Path
+) -> None:
     import torch
-    from transformers import GenerationConfig, Idefics3ForConditionalGeneration
+    from transformers import GenerationConfig
 
     # fork_rng keeps the caller's global RNG state untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
-        model = Idefics3ForConditionalGeneration(config).eval()
+        model = model_class(config).eval()
     # Only token ids: vLLM turns any sampling fields here into request defaults.
     model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS], eos_token_id=ids[END_OF_UTTERANCE], pad_token_id=ids[PAD]
+        bos_token_id=ids[variant.bos],
+        eos_token_id=ids[END_OF_UTTERANCE],
+        pad_token_id=ids[variant.pad],
     )
     model.save_pretrained(out_dir)

@@ -134,6 +134,7 @@ def _family_dirs() -> dict:
         gemma3_models,
         gemma4_models,
         glm4v_models,
+        idefics3_models,
         internvl_models,
         llama4_models,
         llava_onevision_models,
@@ -152,6 +153,10 @@ def _family_dirs() -> dict:
         "gemma4": lambda out: gemma4_models.build_model(out, weights=False),
         "glm4v": lambda out: glm4v_models.build_model(out, "glm4v", weights=False, tiny=False),
         "glm46v": lambda out: glm4v_models.build_model(out, "glm46v", weights=False, tiny=False),
+        "idefics3": lambda out: idefics3_models.build_model(out, weights=False),
+        "smolvlm": lambda out: idefics3_models.build_model(
+            out, weights=False, variant=idefics3_models.SMOLVLM
+        ),
     }
 
 

@@ -1,9 +1,7 @@
-"""Idefics3 preprocessing against transformers' Idefics3Processor (torchvision backend, the
-transformers 5 default, which vLLM runs) on a weightless tiny model dir, and the replacements
-against vLLM's own Idefics3ProcessingInfo.get_image_repl.
-
-The model dir uses BICUBIC: the released LANCZOS is declined until `multimodal.resize` has it
-(test_lanczos_model_is_left_to_the_workers).
+"""Idefics3 and SmolVLM preprocessing against transformers' Idefics3Processor and
+SmolVLMProcessor (torchvision backend, the transformers 5 default, which vLLM runs) on weightless
+tiny model dirs with the released settings (LANCZOS, each family's tile and token geometry),
+and the replacements against vLLM's own Idefics3ProcessingInfo / SmolVLMProcessingInfo.
 """
 
 from __future__ import annotations
@@ -18,26 +16,45 @@ import pytest
 from multimodal.decode import decode_pixels
 from multimodal.policy import MediaPolicy
 from multimodal.processors.base import OptionError
-from multimodal.processors.idefics3 import Idefics3Processor, SmolVLMProcessor
+from multimodal.processors.idefics3 import (
+    Idefics3Processor,
+    Idefics3Tiling,
+    ImageTokens,
+    SmolVLMProcessor,
+    replacement_text,
+    vllm_rows_cols,
+)
 from multimodal.prompt import Placeholders, expand
-from multimodal.resize_weights import METHODS
 from tests.support import IMAGES_DIR, load_processor
-from tests.support.idefics3_models import BICUBIC, IMAGE_SEQ_LEN, LANCZOS, TILE, build_model
+from tests.support.idefics3_models import BICUBIC, IDEFICS3, SMOLVLM, build_model
 from tests.support.synthetic_images import IMAGES
 
 COMMITTED = sorted(IMAGES_DIR.glob("*.[jp][pn]g"))
+NEAREST = 0
+TILE = IDEFICS3.tile
+
+
+@pytest.fixture(scope="module", params=[IDEFICS3, SMOLVLM], ids=lambda v: v.model_type)
+def variant(request):
+    if request.param is SMOLVLM:
+        pytest.importorskip("num2words", reason="transformers' SmolVLMProcessor needs num2words")
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return build_model(tmp_path_factory.mktemp("idefics3"), weights=False, resample=BICUBIC)
+def model_dir(tmp_path_factory, variant):
+    return build_model(tmp_path_factory.mktemp(variant.model_type), weights=False, variant=variant)
+
+
+def loaded(model_dir):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(model_dir), load_processor(model_dir)
 
 
 @pytest.fixture(scope="module")
 def model(model_dir):
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(model_dir), load_processor(model_dir)
+    return loaded(model_dir)
 
 
 def reference(hf, images, raw: bool, kwargs: dict):
@@ -81,8 +98,10 @@ def check(model, images, raw: bool, kwargs: dict | None = None):
 def check_vllm(hf, ours, arrays, got, kwargs):
     """Replacements and num_patches as vLLM's processing info computes them."""
     from vllm.model_executor.models.idefics3 import Idefics3ProcessingInfo
+    from vllm.model_executor.models.smolvlm import SmolVLMProcessingInfo
 
-    info = object.__new__(Idefics3ProcessingInfo)
+    kind = SmolVLMProcessingInfo if isinstance(ours, SmolVLMProcessor) else Idefics3ProcessingInfo
+    info = object.__new__(kind)
     info.ctx = SimpleNamespace(get_merged_mm_kwargs=lambda kw: dict(kw))
     for image, repl, count in zip(arrays, got.replacements, got.tensors["num_patches"]):
         size = {"image_height": image.shape[0], "image_width": image.shape[1]}
@@ -107,84 +126,157 @@ def test_committed_image_matches_transformers(model, path, raw):
 
 
 @pytest.mark.parametrize("raw", [True, False], ids=["uint8", "float"])
-def test_several_images_in_one_request(model, raw):
+def test_several_images_in_one_request(model, variant, raw):
     images = [IMAGES[n] for n in ("large", "tiny", "tall", "odd", "very thin")]
     got = check(model, images, raw)
-    # The long edge goes to 1456 up or down: 1280x960 -> 4x3 tiles + the global one,
-    # 10x12 -> 1214x1456 -> 4x4 + 1, 90x400 -> 328x1456 -> 4x1 + 1.
+    # The long edge goes to 4 tiles up or down (Idefics3 1456, SmolVLM 2048): 1280x960 -> 4x3
+    # tiles + the global one, 10x12 -> 4x4 + 1, 90x400 -> 4x1 + 1.
     assert got.tensors["num_patches"].tolist()[:3] == [13, 17, 5]
     image_id = model[1].anchor_token_id
     assert [r.count(image_id) for r in got.replacements[:3]] == [
-        IMAGE_SEQ_LEN * n for n in (13, 17, 5)
+        variant.image_seq_len * n for n in (13, 17, 5)
     ]
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"do_image_splitting": False},
-        {"do_image_splitting": True},
-        {"size": {"longest_edge": 2 * TILE}},
-        {"size": {"longest_edge": TILE}},
-        {"max_image_size": {"longest_edge": TILE}},
-        {"do_image_splitting": False, "size": {"longest_edge": 3 * TILE}},
-    ],
-    ids=str,
-)
+OPTIONS = [  # in tiles: multiplied by the variant's tile side
+    {"do_image_splitting": False},
+    {"do_image_splitting": True},
+    {"size": 2},
+    {"size": 1},
+    {"max_image_size": 1},
+    {"do_image_splitting": False, "size": 3},
+]
+
+
+def in_pixels(options: dict, tile: int) -> dict:
+    return {k: v if isinstance(v, bool) else {"longest_edge": v * tile} for k, v in options.items()}
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=str)
 @pytest.mark.parametrize("raw", [True, False], ids=["uint8", "float"])
-def test_options_match_transformers(model, kwargs, raw):
+def test_options_match_transformers(model, variant, options, raw):
+    kwargs = in_pixels(options, variant.tile)
     check(model, [IMAGES[n] for n in ("large", "square", "wide")], raw, kwargs)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"size": {"longest_edge": 1000}}, "multiple of the tile side 364"),
-        ({"max_image_size": {"longest_edge": 512}}, "model's tile side 364"),
+        ({"size": {"longest_edge": 1000}}, "multiple of the tile side {tile}"),
+        ({"max_image_size": {"longest_edge": 400}}, "model's tile side {tile}"),
         ({"size": {"shortest_edge": 10}}, "unsupported"),
         ({"do_image_splitting": "yes"}, "true or false"),
         ({"image_seq_len": 64}, "unsupported"),
     ],
 )
-def test_refused_options(model, kwargs, message):
-    with pytest.raises(OptionError, match=message):
+def test_refused_options(model, variant, kwargs, message):
+    with pytest.raises(OptionError, match=message.format(tile=variant.tile)):
         model[1].resolve(kwargs)
 
 
-def test_settings_hold_what_changes_the_tensors(model):
+def test_settings_hold_what_changes_the_tensors(model, variant):
     ours = model[1]
     one = ours.process(
         [np.asarray(IMAGES["tiny"])], ours.resolve({"do_image_splitting": False}), False
     )
     assert one.tensors["num_patches"].tolist() == [1]
-    assert len(one.replacements[0]) == IMAGE_SEQ_LEN + 3  # fake, global tag, run, fake
+    assert len(one.replacements[0]) == variant.image_seq_len + 3  # fake, global tag, run, fake
     assert ours.resolve({}) == ours.resolve({"do_image_splitting": True})
     assert ours.resolve({}) != ours.resolve({"do_image_splitting": False})
-    assert ours.resolve({"size": {"longest_edge": 728}}).longest_edge == 728
+    twice = 2 * variant.tile
+    assert ours.resolve({"size": {"longest_edge": twice}}).longest_edge == twice
     assert ours.placeholder_text == "<image>"
+    assert ours.settings.pixels.method == "lanczos"  # the released resample
 
 
-def test_lanczos_model_is_left_to_the_workers(model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def bicubic(tmp_path_factory):
+    return loaded(build_model(tmp_path_factory.mktemp("bicubic"), weights=False, resample=BICUBIC))
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["uint8", "float"])
+@pytest.mark.parametrize("path", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_a_bicubic_config_matches_transformers(bicubic, path, raw):
+    assert bicubic[1].settings.pixels.method == "bicubic"
+    pixels = np.asarray(decode_pixels(path.read_bytes(), MediaPolicy())[0])
+    check(bicubic, [pixels], raw)
+
+
+def test_another_filter_is_left_to_the_workers(model_dir, tmp_path):
+    """NEAREST (or BOX, HAMMING): not in multimodal.resize, so no family here serves it."""
     from gateway.render.model_files import ModelFiles
     from multimodal.registry import processors_for
 
-    lanczos = shutil.copytree(model_dir, tmp_path / "lanczos")
-    pre = json.loads((lanczos / "preprocessor_config.json").read_text())
-    (lanczos / "preprocessor_config.json").write_text(json.dumps({**pre, "resample": LANCZOS}))
-    found = processors_for(ModelFiles.load(lanczos)).by_modality
-    assert found == {} if "lanczos" not in METHODS else type(found["image"]) is Idefics3Processor
+    nearest = shutil.copytree(model_dir, tmp_path / "nearest")
+    pre = json.loads((nearest / "preprocessor_config.json").read_text())
+    (nearest / "preprocessor_config.json").write_text(json.dumps({**pre, "resample": NEAREST}))
+    assert processors_for(ModelFiles.load(nearest)).by_modality == {}
+    assert processors_for(ModelFiles.load(model_dir)).by_modality  # its LANCZOS original
+
+
+def test_smolvlm_reads_its_token_strings_from_the_tokenizer_config():
+    """SmolVLMProcessor takes getattr(tokenizer, "image_token", "<image>") and the like; vLLM
+    builds the replacement from them (SmolVLMProcessingInfo._get_image_token)."""
+    from vllm.model_executor.models.smolvlm import SmolVLMProcessingInfo
+
+    config = {  # transformers 5 writes named tokens at the top; the other layout nests them
+        "image_token": "<img>",
+        "extra_special_tokens": {"fake_image_token": {"content": "<around>"}},
+        "eos_token": "<end>",
+    }
+    files = SimpleNamespace(tokenizer_config=config)
+    tokens = SmolVLMProcessor.image_tokens(files)
+    assert tokens == ImageTokens(image="<img>", fake="<around>", global_tag="<global-img>")
+    assert Idefics3Processor.image_tokens(files) == ImageTokens()  # fixed in Idefics3Processor
+    from transformers import SmolVLMImageProcessor
+
+    grids = set()
+    for tiles in (1, 2):  # one tile (no grid), and grids of up to 2x2
+        tiling = Idefics3Tiling(do_image_splitting=True, longest_edge=tiles * 364, tile=364)
+        image_processor = SmolVLMImageProcessor(
+            size={"longest_edge": tiling.longest_edge}, max_image_size={"longest_edge": 364}
+        )
+        hf = SimpleNamespace(
+            image_processor=image_processor, image_token="<img>", fake_image_token="<around>",
+            global_image_token="<global-img>", image_seq_len=3,
+        )  # fmt: skip
+        info = object.__new__(SmolVLMProcessingInfo)
+        info.ctx = SimpleNamespace(get_merged_mm_kwargs=lambda kw: dict(kw))
+        for height, width in [(300, 300), (700, 200), (200, 700)]:
+            want = info.get_image_repl(
+                image_height=height, image_width=width, processor=hf, mm_kwargs={}
+            )
+            rows, cols = vllm_rows_cols(height, width, tiling)
+            assert replacement_text(rows, cols, 3, tokens) == want
+            grids.add((rows, cols))
+    assert grids == {(0, 0), (2, 2), (2, 1), (1, 2)}
 
 
 def test_families_are_told_apart():
     from multimodal.registry import FAMILIES
 
-    pre = {"image_processor_type": "Idefics3ImageProcessor", "resample": BICUBIC}
+    pre = {"image_processor_type": "Idefics3ImageProcessor", "resample": 1}
     for model_type, want in [("idefics3", Idefics3Processor), ("smolvlm", SmolVLMProcessor)]:
         files = SimpleNamespace(config={"model_type": model_type}, preprocessor=pre, vocab={})
         assert [f for f in FAMILIES if f.matches(files)] == [want]
-    smol = {"image_processor_type": "SmolVLMImageProcessor", "resample": BICUBIC}
+    smol = {"image_processor_type": "SmolVLMImageProcessor", "resample": 1}
     files = SimpleNamespace(config={"model_type": "smolvlm"}, preprocessor=smol, vocab={})
     assert [f for f in FAMILIES if f.matches(files)] == [SmolVLMProcessor]
     for other in ("llava", "idefics2", "gemma3", "qwen2_vl"):
         files = SimpleNamespace(config={"model_type": other}, preprocessor=pre, vocab={})
         assert not Idefics3Processor.matches(files) and not SmolVLMProcessor.matches(files)
+
+
+def test_the_numpy_tiles_equal_the_native_ones(model, monkeypatch):
+    """Without the native kernels the tiles are cut by numpy: the same bytes."""
+    from multimodal import native
+
+    ours = model[1]
+    images = [np.asarray(IMAGES[n]) for n in ("large", "tiny", "wide")]
+    for kwargs in ({}, {"do_image_splitting": False}):
+        settings = ours.resolve(kwargs)
+        with monkeypatch.context() as patch:
+            patch.setattr(native, "AVAILABLE", False)
+            plain = ours.process(images, settings, raw_pixels=True).tensors["pixel_values"]
+        fused = ours.process(images, settings, raw_pixels=True).tensors["pixel_values"]
+        assert np.array_equal(plain, fused)
