@@ -14,7 +14,7 @@ import grpc
 from vllm import PoolingParams
 from vllm.inputs.engine import tokens_input
 
-from engine_server import model_info
+from engine_server import model_info, tracing
 from engine_server.errors import InvalidRequest, status_for
 from engine_server.media_refs import FLAG as MM_PROCESSOR_FLAG
 from engine_server.media_refs import MediaRefProcessor
@@ -66,8 +66,15 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
     async def Generate(self, request: pb.GenerateRequest, context) -> AsyncIterator:
         request_id = request.request_id or uuid.uuid4().hex
         self._received(request_id)
+        parent = tracing.incoming(context.invocation_metadata())
+        call, failure = tracing.start_call("mmgate.engine.generate", parent), None
+        call.set_attribute("request.id", request_id)
         try:
-            prompt = await self._prompt(request)
+            prepare = tracing.start_child("mmgate.engine.prepare", call)
+            try:
+                prompt = await self._prompt(request)
+            finally:
+                tracing.finish(prepare)
             params = sampling_params_from_proto(
                 request.sampling_params,
                 stream=request.stream,
@@ -81,7 +88,12 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             # the engine checks the prompt with its own reasoning parser.
             ended = True if request.sampling_params.grammar_from_first_token else None
             async for output in self.engine.generate(
-                prompt, params, request_id, data_parallel_rank=rank, reasoning_ended=ended
+                prompt,
+                params,
+                request_id,
+                data_parallel_rank=rank,
+                reasoning_ended=ended,
+                trace_headers=tracing.headers(call),
             ):
                 self.in_flight[request_id] = True
                 if request.stream:
@@ -91,9 +103,11 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
                     for response in final_responses(output, want):
                         yield response
         except Exception as error:  # noqa: BLE001 - every failure becomes a status
+            failure = error
             await self._fail(context, "Generate", request_id, error)
         finally:
             self.in_flight.pop(request_id, None)
+            tracing.finish(call, failure)
 
     async def _prompt(self, request: pb.GenerateRequest) -> Any:
         batches = [request.mm_inputs] if request.HasField("mm_inputs") else []

@@ -23,6 +23,7 @@ from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, tru
 from gateway.errors import GatewayError, check_model, parse_body
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
+from gateway.server import tracing
 from gateway.server.metrics import GatewayMetrics
 from gateway.server.request_log import engine_request_id
 from gateway.stream import sse
@@ -65,12 +66,13 @@ class ChatService:
         return [to_token(i) or "" for i in ids]
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
-        request = parse_body(ChatCompletionRequest, body)
-        check_model(request.model, self.model_name)
-        if request.tool_choice == "none" and self.parsing.exclude_tools_when_tool_choice_none:
-            request.tools = None
-        request.apply_reasoning_effort()
-        rendered = self.prompts.render(request)
+        with tracing.span("mmgate.render"):
+            request = parse_body(ChatCompletionRequest, body)
+            check_model(request.model, self.model_name)
+            if request.tool_choice == "none" and self.parsing.exclude_tools_when_tool_choice_none:
+                request.tools = None
+            request.apply_reasoning_effort()
+            rendered = self.prompts.render(request)
         parsing = plan_parsing(
             self.parsing, request, lambda: self.token_strings(rendered.token_ids), self.vocab
         )

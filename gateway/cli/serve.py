@@ -88,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     _pool_arguments(p)
     _limit_arguments(p)
     p.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="send OpenTelemetry traces to this OTLP collector (gRPC, or HTTP with "
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf), continuing a client's traceparent "
+        "and passing it on to the engine workers (start them with the same flag)",
+    )
+    p.add_argument(
         "--log-format",
         choices=["text", "json"],
         default="text",
@@ -295,6 +302,7 @@ def main(argv: list[str]) -> int:
             stream_client=args.stream_client,
         ),
         admission=AdmissionConfig(args.max_in_flight, args.max_queue, args.queue_timeout),
+        otlp_traces_endpoint=args.otlp_traces_endpoint,
         limits=RequestLimits(
             max_body_bytes=args.max_request_body_bytes,
             max_json_depth=args.max_json_depth,

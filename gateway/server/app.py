@@ -40,6 +40,8 @@ from gateway.server.hot_routes import Handler, HotRoutes, request_json
 from gateway.server.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.server.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
 from gateway.server.openapi import install as install_openapi
+from gateway.server.tracing import TracingMiddleware
+from gateway.server.tracing import configure as configure_tracing
 from gateway.stream.logprobs import TokenTexts
 from gateway.workers.pool import WorkerPool
 from gateway.workers.worker import WorkerFacts
@@ -82,6 +84,7 @@ GENERATION_ROUTES: dict[str, Handler] = {
 
 
 def create_app(config: GatewayConfig) -> ASGIApp:
+    configure_tracing(config.otlp_traces_endpoint)
     metrics = GatewayMetrics()
     model_name = config.served_model_name or str(config.model)
     limits = config.admission
@@ -263,4 +266,4 @@ def _middleware(
             expose_headers=["X-Request-Id"],
         )
     routes = {route.path for route in app.routes} | GENERATION_ROUTES.keys()
-    return RequestMiddleware(stack, metrics, routes)
+    return RequestMiddleware(TracingMiddleware(stack, sorted(routes)), metrics, routes)

@@ -47,3 +47,4 @@ class GatewayConfig:
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     parsing: ParsingConfig = field(default_factory=ParsingConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
+    otlp_traces_endpoint: str | None = None  # OpenTelemetry collector (gateway.server.tracing)

@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayError, MmgateError, error_body, error_response
+from gateway.server import tracing
 from gateway.server.limits import RequestLimits
 
 log = logging.getLogger("mmgate.gateway")
@@ -52,11 +53,12 @@ class HotRoutes:
             await JSONResponse(body, 405, {"allow": "POST"})(scope, receive, send)
             return
         try:
-            raw = await read_body(scope, receive, self.limits.max_body_bytes)
-            if raw is None:
-                return  # the client left before it finished sending
-            body = parse_json(raw, self.limits)
-            self.limits.check_body(body)
+            with tracing.span("mmgate.parse"):
+                raw = await read_body(scope, receive, self.limits.max_body_bytes)
+                if raw is None:
+                    return  # the client left before it finished sending
+                body = parse_json(raw, self.limits)
+                self.limits.check_body(body)
             reply = await handler(self.state, body)
         except MmgateError as error:
             if error.status >= 500:

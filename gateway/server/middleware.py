@@ -15,6 +15,7 @@ from collections.abc import Collection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, error_body
+from gateway.server import tracing
 from gateway.server.admission import Admission
 from gateway.server.metrics import GatewayMetrics
 from gateway.server.request_log import bind_request_id, current_request_id, unbind_request_id
@@ -118,7 +119,8 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            waited = await self.admission.enter()
+            with tracing.span("mmgate.queue"):
+                waited = await self.admission.enter()
         except GatewayError as error:
             self.metrics.rejected.labels("queue_full" if error.status == 429 else "timeout").inc()
             await send_json(send, error.status, error_body(error.message, error.status))

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from gateway.api.protocol import SamplingFields
 from gateway.errors import GatewayError, from_grpc
+from gateway.server import tracing
 from gateway.server.metrics import GatewayMetrics
 from gateway.stream.detokenizer import IncrementalText, TextOptions
 from gateway.stream.logprobs import Position
@@ -166,15 +167,18 @@ class Generation:
         self._sent_at = time.perf_counter()
         failed: list[Worker] = []
         while True:
-            received = False
+            received, failure = False, None
+            call = tracing.start("mmgate.worker.generate", worker_url=self.worker.url)
             try:
                 # aclosing: a consumer that stops (client gone) cancels the call at once
-                async with aclosing(self.worker.generate(self.generate, self.tail)) as stream:
+                responses = self.worker.generate(self.generate, self.tail, tracing.metadata(call))
+                async with aclosing(responses) as stream:
                     async for response in stream:
                         received = True
                         for item in self._on_response(response):
                             yield item
             except grpc.aio.AioRpcError as error:
+                failure = error
                 self.worker.record_call(error)
                 failed.append(self.worker)
                 retry = not received and error.code() in WORKER_FAULTS and self.reroute
@@ -182,6 +186,8 @@ class Generation:
                     self.worker = other
                     continue
                 raise from_grpc(error) from None
+            finally:
+                tracing.finish(call, failure)
             self.worker.record_call(None)
             break
         if unfinished := [c.index for c in self.choices if c.finish_reason is None]:

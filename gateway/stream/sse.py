@@ -15,6 +15,7 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 
 from gateway.errors import MmgateError, error_body
+from gateway.server import tracing
 
 DONE = "data: [DONE]\n\n"
 log = logging.getLogger("mmgate.gateway")
@@ -42,15 +43,20 @@ class ChunkWriter:
 async def _framed(events: AsyncIterator[str]) -> AsyncIterator[str]:
     """`events`, then [DONE]. A failure ends the stream with an error event before [DONE]
     (a bug too: the client gets a clean end, never a cut connection)."""
+    streaming, failure = tracing.start("mmgate.stream"), None
     try:
         async with aclosing(events) as stream:
             async for event in stream:
                 yield event
     except MmgateError as error:
+        failure = error
         yield data(error_body(error.message, error.status, error.param))
-    except Exception:
+    except Exception as error:
+        failure = error
         log.exception("a streamed response failed")
         yield data(error_body("internal error while streaming", 500))
+    finally:
+        tracing.finish(streaming, failure)
     yield DONE
 
 

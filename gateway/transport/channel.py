@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 
@@ -25,15 +25,17 @@ class StreamChannel:
         self._connection: Connection | None = None
         self._connecting: asyncio.Future | None = None
 
-    async def stream(self, path: str, payload: Payload) -> AsyncIterator[bytes]:
-        """Send one request message (bytes, or pieces sent one after another); yield each
-        response message's bytes as it arrives.
+    async def stream(
+        self, path: str, payload: Payload, metadata: Sequence[tuple[str, str]] = ()
+    ) -> AsyncIterator[bytes]:
+        """Send one request message (bytes, or pieces sent one after another) with custom
+        `metadata`; yield each response message's bytes as it arrives.
         Closing the iterator early cancels the call on the server. A stream the server refused
         (it may still count one that just ended against its concurrency limit) is sent again."""
         for attempt in range(REFUSED_RETRIES + 1):
             connection = await self._connect()
             await connection.wait_for_slot()
-            stream, body, sent = connection.open(path, payload)
+            stream, body, sent = connection.open(path, payload, metadata)
             try:
                 if sent < len(body):
                     await connection.send_rest(stream, body, sent)

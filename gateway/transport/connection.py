@@ -8,6 +8,7 @@ import asyncio
 import socket
 import struct
 from collections import deque
+from collections.abc import Sequence
 from urllib.parse import unquote
 
 import grpc
@@ -43,6 +44,7 @@ from gateway.transport.frames import (
     MessageBody,
     Payload,
     frame,
+    metadata_fields,
     request_header_block,
     rpc_error,
 )
@@ -304,9 +306,12 @@ class Connection(asyncio.Protocol):
             self.slot_waiters.append(waiter)
             await waiter
 
-    def open(self, path: str, payload: Payload) -> tuple[CallState, MessageBody, int]:
-        """Start a call: headers and as much of the message as the peer's windows allow now.
-        Returns the stream, the framed message and how much of it went out."""
+    def open(
+        self, path: str, payload: Payload, metadata: Sequence[tuple[str, str]] = ()
+    ) -> tuple[CallState, MessageBody, int]:
+        """Start a call: headers (with `metadata`) and as much of the message as the peer's
+        windows allow now. Returns the stream, the framed message and how much of it went
+        out."""
         if not self.accepting:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, "connection to the worker is closing")
         stream = CallState(self.next_id, self.peer_initial_window)
@@ -315,6 +320,8 @@ class Connection(asyncio.Protocol):
         block = self.blocks.get(path) or self.blocks.setdefault(
             path, request_header_block(self.authority, path)
         )
+        if metadata:
+            block += metadata_fields(metadata)
         self.out.append(frame(HEADERS, END_HEADERS, stream.id, block))
         body = MessageBody(payload)
         sent = self._send_data(stream, body)

@@ -66,6 +66,12 @@ def _literal(name: bytes, value: bytes) -> bytes:
     return b"\x00" + _hpack_int(len(name), 7, 0) + name + _hpack_int(len(value), 7, 0) + value
 
 
+def metadata_fields(metadata: Sequence[tuple[str, str]]) -> bytes:
+    """Custom metadata (e.g. a trace's `traceparent`) as literal fields to append to a
+    request's header block."""
+    return b"".join(_literal(name.encode(), value.encode()) for name, value in metadata)
+
+
 def request_header_block(authority: str, path: str) -> bytes:
     """HPACK block of a gRPC request: POST and http from the static table, the rest literal."""
     fields = [

@@ -202,28 +202,35 @@ class Worker:
             self.breaker.record(False)
 
     async def generate(
-        self, request: pb.GenerateRequest, tail: Sequence[Piece] = ()
+        self,
+        request: pb.GenerateRequest,
+        tail: Sequence[Piece] = (),
+        metadata: Sequence[tuple[str, str]] = (),
     ) -> AsyncIterator[pb.GenerateResponse]:
         """Stream the worker's responses; a caller that stops iterating cancels the call,
         which makes the worker abort the request in its engine. `tail`: more fields of the
-        request, already serialized (sent after the request's own, without being copied)."""
+        request, already serialized (sent after the request's own, without being copied);
+        `metadata`: custom gRPC metadata (a trace's context)."""
         self.in_flight += 1
         payload = [request.SerializeToString(), *tail]
         try:
             if self._streams is None:
-                async with aclosing(self._generate_grpcio(b"".join(payload))) as responses:
+                call = self._generate_grpcio(b"".join(payload), metadata)
+                async with aclosing(call) as responses:
                     async for response in responses:
                         yield response
                 return
-            messages = self._streams.stream(GENERATE_PATH, payload)
+            messages = self._streams.stream(GENERATE_PATH, payload, metadata)
             async with aclosing(messages):
                 async for message in messages:
                     yield pb.GenerateResponse.FromString(message)
         finally:
             self.in_flight -= 1
 
-    async def _generate_grpcio(self, request: bytes) -> AsyncIterator[pb.GenerateResponse]:
-        call = self._generate_raw(request)
+    async def _generate_grpcio(
+        self, request: bytes, metadata: Sequence[tuple[str, str]]
+    ) -> AsyncIterator[pb.GenerateResponse]:
+        call = self._generate_raw(request, metadata=tuple(metadata) or None)
         try:
             async for response in call:
                 yield response
