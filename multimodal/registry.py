@@ -9,6 +9,7 @@ from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, Un
 from multimodal.processors.gemma3 import Gemma3Processor
 from multimodal.processors.idefics3 import Idefics3Processor, SmolVLMProcessor
 from multimodal.processors.internvl import InternVLProcessor
+from multimodal.processors.kimi_k25 import KimiK25Processor
 from multimodal.processors.llama4 import Llama4Processor
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
@@ -28,6 +29,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     Idefics3Processor,
     SmolVLMProcessor,
     InternVLProcessor,
+    KimiK25Processor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]
