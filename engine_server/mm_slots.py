@@ -6,7 +6,8 @@ model's own prompt-replacement rule in vLLM (e.g. Qwen2-VL: t*h*w / merge^2 pads
 from the item's tensors: no model knowledge lives here. A rule that asks for the raw media's
 size (Pixtral's, LLaVA-NeXT's) is handed blank stand-ins of the size an item's `image_sizes`
 (height, width: the HF processors' name) says; models whose rule needs more than that are
-admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3).
+admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3;
+_GRID_TENSOR: Kimi-K2.5).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ log = logging.getLogger("mmgate.engine")
 # `num_patches` (crops + 1) says how many images its encoder embeds, each into
 # mm_tokens_per_image slots.
 _PER_ITEM_TENSOR = {"gemma3": ("num_patches", "mm_tokens_per_image")}
+# Likewise, with the count in a grid tensor: model type -> the item's (t, h, w) patch grid.
+# Kimi-K2.5's rule sizes the replacement from the raw image (media_tokens_calculator); its
+# tower merges h x w patches by vision_config.merge_kernel_size (pooling over t), so an item
+# has h * w / (kh * kw) slots. A grid the merge does not divide, or one that is not the
+# item's patch count, would fail inside the tower: refused here.
+_GRID_TENSOR = {"kimi_k25": "grid_thws"}
 
 
 class EmbeddingSlots:
@@ -38,6 +45,8 @@ class EmbeddingSlots:
         config = getattr(getattr(engine, "model_config", None), "hf_config", None)
         rule = _PER_ITEM_TENSOR.get(getattr(config, "model_type", None))
         self._per_item = (rule[0], int(getattr(config, rule[1]))) if rule else None
+        grid = _GRID_TENSOR.get(getattr(config, "model_type", None))
+        self._grid = (grid, tuple(config.vision_config.merge_kernel_size)) if grid else None
 
     def check(
         self, mm_kwargs: MultiModalKwargsItems, placeholders: dict[str, list[PlaceholderRange]]
@@ -57,6 +66,8 @@ class EmbeddingSlots:
             key, slots = self._per_item
             item = mm_kwargs[modality][index]
             return int(item[key].data) * slots if key in item else None
+        if self._grid is not None:
+            return _grid_slots(mm_kwargs[modality][index], *self._grid, f"{modality} item {index}")
         if self._processor is None:
             return None
         try:
@@ -73,6 +84,20 @@ class EmbeddingSlots:
         if content.is_embed is None:
             return len(full)
         return int(content.is_embed(full).sum())
+
+
+def _grid_slots(item: Any, key: str, merge: tuple[int, int], where: str) -> int | None:
+    if key not in item:
+        return None
+    t, h, w = (int(x) for x in item[key].data.flatten().tolist())
+    pixels = item.get("pixel_values")
+    rows = None if pixels is None else int(pixels.data.shape[0])
+    if h % merge[0] or w % merge[1] or rows not in (None, t * h * w):
+        raise InvalidRequest(
+            f"mm_inputs: {where} has a {key} of {[t, h, w]} for {rows} patches; the model's "
+            f"tower takes t*h*w patches with h and w multiples of {list(merge)}"
+        )
+    return h * w // (merge[0] * merge[1])
 
 
 def _stand_ins(mm_kwargs: MultiModalKwargsItems) -> MultiModalDataItems:
