@@ -1,9 +1,15 @@
 """Kimi-K2.5: images preprocessed by the gateway's Kimi-K2.5 family equal vLLM's own OpenAI
 server on a tiny random-weight KimiK25ForConditionalGeneration (bfloat16, as vLLM runs its MLA
-on a CPU; uint8 pixels, which vLLM normalizes on device for this model): the same prompt token
-counts and greedy text. The model's one modality is vLLM's `vision_chunk` (its limit key);
-the wire says IMAGE and our worker keys the items as vLLM does. The worker's slot check counts
-grid_thws (vLLM's own rule needs the raw image) and refuses a placeholder one token short."""
+on a CPU): the same prompt token counts and greedy text, with the engines as vLLM 0.32 starts
+them (pixels normalized on device: the gateway sends uint8) and with
+--no-mm-device-do-normalize (the gateway sends normalized bfloat16). The model's one modality
+is vLLM's `vision_chunk` (its limit key); the wire says IMAGE and our worker keys the items as
+vLLM does. The worker's slot check counts grid_thws (vLLM's own rule needs the raw image) and
+refuses a placeholder one token short.
+
+SMG 1.13 preprocesses Kimi-K2.5 itself, always into normalized floats: it drives our worker
+when that runs with --no-mm-device-do-normalize (as SMG's own log asks), and is refused (not
+normalized twice) when the worker normalizes on device."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from tests.support.family_e2e import CASES, assert_slot_check_refuses, serve_bot
 from tests.support.kimi_k25_models import build_model
 
 ENGINE = {"dtype": "bfloat16", "limit_mm_per_prompt": {"vision_chunk": 2}}
+ON_DEVICE, ON_HOST = "device-normalized", "host-normalized"
 # IMAGE's size, other pixels: the same prompt, so a different answer is the image's doing.
 TWIN = make_image(IMAGE.width, IMAGE.height, seed=99)
 
@@ -23,9 +30,12 @@ def model(tmp_path_factory):
     return build_model(tmp_path_factory.mktemp("kimi_k25") / "model")
 
 
-@pytest.fixture(scope="module")
-def pair(model, tmp_path_factory):
-    with serve_both(model, tmp_path_factory.mktemp("kimi_k25-logs"), **ENGINE) as pair:
+@pytest.fixture(scope="module", params=[ON_DEVICE, ON_HOST])
+def pair(request, model, tmp_path_factory):
+    logs = tmp_path_factory.mktemp(f"kimi_k25-{request.param}")
+    engine = {**ENGINE, "mm_device_do_normalize": request.param == ON_DEVICE}
+    with serve_both(model, logs, **engine) as pair:
+        pair.normalizes_on_device = engine["mm_device_do_normalize"]
         yield pair
 
 
@@ -63,7 +73,8 @@ def test_the_worker_reports_the_vision_chunk_limit_as_the_image_limit(pair):
     from protos import vllm_engine_pb2 as pb
 
     info = pair.worker.stub().GetServerInfo(pb.GetServerInfoRequest(), timeout=10)
-    assert info.mm_device_do_normalize and info.multimodal_encoder_dtype == "bfloat16"
+    assert info.mm_device_do_normalize == pair.normalizes_on_device
+    assert info.multimodal_encoder_dtype == "bfloat16"
     assert "image=2" in info.mm_item_limits.split(",")
 
 
@@ -82,3 +93,32 @@ def test_three_images_are_refused_as_vllm_refuses_them(pair):
 
 def test_a_placeholder_one_embedding_short_is_refused_by_the_worker(pair):
     assert_slot_check_refuses(pair)
+
+
+def test_smg_drives_our_worker_with_it(pair, reference, tmp_path):
+    """SMG 1.13 preprocesses Kimi-K2.5 itself (router mode). Our worker takes its tensors when
+    it normalizes on the host; on device, it refuses SMG's floats with INVALID_ARGUMENT (a 400
+    from SMG) instead of normalizing them twice. Only lengths are compared: SMG writes a Kimi
+    image as a bare `<|media_pad|>`, not vLLM's placeholder with its media markers, so its
+    prompt is those tokens shorter per image (and its text, all "reasoning" after the
+    template's `<think>`, another answer); its pixels equal vLLM's within bfloat16 rounding."""
+    import openai
+    from transformers import AutoTokenizer
+
+    from tests.support.family_e2e import ask
+    from tests.support.smg import run_smg, smg_client
+
+    tokenizer = AutoTokenizer.from_pretrained(pair.model)
+    markers = tokenizer("<|media_begin|>image<|media_content|><|media_end|>")["input_ids"]
+    with run_smg([pair.worker.address], tmp_path / "smg.log", "--mm-processing", "router") as base:
+        client = smg_client(base)
+        name = client.models.list().data[0].id
+        if pair.normalizes_on_device:
+            with pytest.raises(openai.BadRequestError, match="takes raw uint8 pixels"):
+                ask(client, [IMAGE], name)
+            return
+        for case, images in CASES:
+            reply = ask(client, images, name)
+            assert reply.usage.completion_tokens == 10
+            want = reference[case][0] - len(markers) * len(images)
+            assert reply.usage.prompt_tokens == want, case
