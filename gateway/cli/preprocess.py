@@ -130,6 +130,10 @@ def summary(family: str, prompt: Prompt) -> dict[str, Any]:
     }
 
 
+# Tensors vLLM's own processors name otherwise than transformers' (ours -> transformers').
+HF_NAMES = {"grid_thws": "image_grid_thw"}  # Kimi-K2.5
+
+
 def compare_hf(args: argparse.Namespace, prompt: Prompt) -> dict[str, Any]:
     from transformers import AutoProcessor
 
@@ -147,10 +151,10 @@ def compare_hf(args: argparse.Namespace, prompt: Prompt) -> dict[str, Any]:
     }
     (images,) = prompt.prepared.parts
     for key, ours in images.processed.tensors.items():
-        if key not in out:
+        if HF_NAMES.get(key, key) not in out:
             result[key] = "not produced by transformers (a sizes tensor for the wire)"
             continue
-        theirs = out[key]
+        theirs = out[HF_NAMES.get(key, key)]
         if str(theirs.dtype) == "torch.bfloat16":
             theirs = theirs.float()  # exact
         theirs = np.asarray(theirs)

@@ -133,6 +133,7 @@ def _family_dirs() -> dict:
     from tests.support import (
         gemma3_models,
         internvl_models,
+        kimi_k25_models,
         llama4_models,
         pixtral_models,
         qwen35_models,
@@ -145,6 +146,7 @@ def _family_dirs() -> dict:
         "mistral3": lambda out: pixtral_models.build_model(out, weights=False),
         "pixtral": lambda out: pixtral_models.build_model(out, weights=False, kind="pixtral"),
         "llama4": lambda out: llama4_models.build_model(out, weights=False),
+        "kimi_k25": lambda out: kimi_k25_models.build_model(out, weights=False, tiny=False),
     }
 
 
