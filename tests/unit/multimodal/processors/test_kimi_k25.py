@@ -28,6 +28,7 @@ from multimodal.processors.kimi_k25 import (
     KimiMedia,
     NavitSize,
     navit_size,
+    normalize,
 )
 from multimodal.prompt import Placeholders, expand
 from tests.support import IMAGES_DIR, load_processor
@@ -504,3 +505,12 @@ def test_the_worker_keys_the_items_as_vision_chunks_as_vllm_does(tiny, tiny_ours
     odd.model_specific_tensors[GRID_KEY].inline = grid.tobytes()
     with pytest.raises(InvalidRequest, match="multiples of"):
         build(odd)
+
+
+def test_normalization_is_vllm_s_table_to_the_bit(vllm_processor, tiny_ours):
+    table = vllm_processor.info.image_processor.normalize_lut  # [256, 3] float32
+    values = np.broadcast_to(np.arange(256, dtype=np.uint8)[None, :, None], (3, 256, 1))
+    ours = normalize(
+        np.ascontiguousarray(values), tiny_ours.media, np.empty((3, 256, 1), np.float32)
+    )
+    assert np.array_equal(ours[:, :, 0], table.T)
