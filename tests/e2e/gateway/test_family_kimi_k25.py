@@ -34,7 +34,9 @@ def model(tmp_path_factory):
 def pair(request, model, tmp_path_factory):
     logs = tmp_path_factory.mktemp(f"kimi_k25-{request.param}")
     engine = {**ENGINE, "mm_device_do_normalize": request.param == ON_DEVICE}
-    with serve_both(model, logs, **engine) as pair:
+    # Our worker also takes media_refs (vLLM's own processor on it), for a worker-mode gateway.
+    worker = {"mm_processor": "inprocess"}
+    with serve_both(model, logs, worker_extra=worker, **engine) as pair:
         pair.normalizes_on_device = engine["mm_device_do_normalize"]
         yield pair
 
@@ -58,6 +60,21 @@ def test_images_equal_vllm_s_server(pair, reference):
     assert ours == reference
     # the gateway preprocessed them itself
     assert "no image processor here" not in pair.gateway.log_path.read_text()
+
+
+def test_a_worker_mode_gateway_equals_vllm_s_server_too(pair, reference, tmp_path):
+    """`mmgate serve --mm-processing worker`: vLLM's own Kimi processor runs on our worker
+    (media_refs), the images handed to it as vision chunks, as vLLM's chat parser does."""
+    from tests.support.family_e2e import answers
+    from tests.support.gateway_process import GatewayProcess
+
+    args = ("--mm-processing", "worker")
+    gateway = GatewayProcess(pair.model, [pair.worker.address], tmp_path / "gw.log", *args)
+    try:
+        got = answers(gateway.wait_ready().client(), str(pair.model))
+    finally:
+        gateway.stop()
+    assert got == {name: reference[name] for name, _ in CASES}
 
 
 def test_the_tiny_model_answers_varied_text_that_depends_on_the_image(reference):
