@@ -178,8 +178,8 @@ class KimiK25Processor(ItemProcessor):
     def process(
         self, images: Sequence[np.ndarray], settings: KimiMedia, raw_pixels: bool
     ) -> ProcessedItems:
-        patch = self.media.patch_size
-        sizes = [self.size(*image.shape[:2]) for image in images]
+        patch = settings.patch_size
+        sizes = [navit_size(*image.shape[:2], settings) for image in images]
         grids = [(1, s.padded_height // patch, s.padded_width // patch) for s in sizes]
         counts = [h * w for _, h, w in grids]
         out = np.empty((sum(counts), 3, patch, patch), np.uint8 if raw_pixels else np.float32)
@@ -188,7 +188,7 @@ class KimiK25Processor(ItemProcessor):
             patches = out[offset : offset + rows * cols].reshape(rows, cols, 3, patch, patch)
             self._patches(_resized(image, size), patches)
             offset += rows * cols
-        merged = self.media.merge**2
+        merged = settings.merge**2
         return ProcessedItems(
             tensors={
                 "pixel_values": out,
@@ -215,7 +215,8 @@ def _resized(image: np.ndarray, size: NavitSize) -> np.ndarray:
     an image that keeps its size is the same pixels (Pillow copies it)."""
     if image.shape[:2] == (size.height, size.width):
         return image
-    resized = Image.fromarray(np.ascontiguousarray(image), "RGB").resize(
+    # An HxWx3 uint8 array is an RGB image to Pillow.
+    resized = Image.fromarray(np.ascontiguousarray(image)).resize(
         (size.width, size.height), resample=Image.Resampling.BICUBIC
     )
     return np.asarray(resized)
@@ -244,8 +245,8 @@ def _media(pre: Mapping[str, Any]) -> KimiMedia:
     if cfg.get("fixed_output_tokens") is not None:
         # vLLM would count that many tokens for any image while its tower embeds the grid.
         raise ModelConfigError("media_proc_cfg.fixed_output_tokens is not supported")
-    merge = cfg.get("merge_kernel_size", 2)
     try:
+        merge = cfg["merge_kernel_size"]  # an int, or [kh, kw] (vLLM takes the first)
         return KimiMedia(
             patch_size=int(cfg["patch_size"]),
             merge=int(merge[0] if isinstance(merge, (list, tuple)) else merge),

@@ -10,7 +10,7 @@ attention sizes only: a key/value latent of 512 and a rope head dim of 64. The c
 `use_unified_vision_chunk`, without which vLLM's chat parser would hand the model "image"
 items it does not take (its one modality is `vision_chunk`).
 
-`tiny` caps an image at 256 patches (64 prompt tokens), so the e2e prompts stay short; the
+`tiny` caps an image at 256 patches (about 64 prompt tokens), so the e2e prompts stay short; the
 parity tests and the benchmark take the released limits (16384 patches, 512 a side).
 """
 

@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from multimodal.decode import decode_pixels
 from multimodal.pipeline import PixelEncoding, prepare
@@ -386,7 +385,7 @@ def test_families_are_told_apart():
     "pre, config, message",
     [
         ({}, {}, "media_proc_cfg"),
-        ({"media_proc_cfg": {"patch_size": 14}}, {}, "no 'in_patch_limit'"),
+        ({"media_proc_cfg": {"patch_size": 14}}, {}, "no 'merge_kernel_size'"),
         (
             {"media_proc_cfg": {"patch_size": 14, "fixed_output_tokens": 64}},
             {},
@@ -421,13 +420,12 @@ def test_pillow_resize_is_vllm_s(tiny_ours):
         KimiK25FusedVisionProcessor,
     )
 
-    image = IMAGES["large"]
-    size = tiny_ours.size(image.height, image.width)
-    want = KimiK25FusedVisionProcessor.resize_image(image, size.width, size.height)
     from multimodal.processors.kimi_k25 import _resized
 
-    assert np.array_equal(_resized(np.asarray(image), size), want)
-    assert isinstance(Image.fromarray(want), Image.Image)
+    for image in (IMAGES["large"], IMAGES["odd"], WIDE):
+        size = tiny_ours.size(image.height, image.width)
+        want = KimiK25FusedVisionProcessor.resize_image(image, size.width, size.height)
+        assert np.array_equal(_resized(np.asarray(image), size), want)
 
 
 def test_the_worker_keys_the_items_as_vision_chunks_as_vllm_does(tiny, tiny_ours, vllm_processor):
