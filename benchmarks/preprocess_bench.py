@@ -15,7 +15,8 @@ and a synthetic photo-like image per size, encoded once as JPEG (quality 90) and
 * HF u8 / HF f32: vLLM's ``ImageMediaIO().load_bytes(bytes)`` (our decode if vLLM is not
   installed) + ``AutoImageProcessor.from_pretrained(dir)(images=[img], return_tensors="np")``,
   with ``do_rescale=False, do_normalize=False`` for u8 (what vLLM calls when the engine
-  normalizes on device);
+  normalizes on device); for Kimi-K2.5, vLLM's own KimiK25FusedVisionProcessor instead (what
+  vLLM runs for that model: transformers' processor is not on its path);
 * the same processor calls again from an already decoded image ("processor only").
 
 The variants of one case run interleaved (one call of each per round, the order rotated every
@@ -31,8 +32,9 @@ from __future__ import annotations
 
 import os
 
-# Must precede the numpy/torch imports: OpenBLAS and OpenMP read them once, when loaded.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+# Must precede the numpy/torch imports: OpenBLAS, OpenMP and numba (vLLM's Kimi-K2.5
+# processor) read them once, when loaded.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
@@ -233,6 +235,22 @@ def build_idefics3(variant: str) -> Callable[[Path], Path]:
     return build
 
 
+def build_kimi_k25(out_dir: Path) -> Path:
+    # The parity tests' weightless Kimi-K2.5 with the released media_proc_cfg.
+    from tests.support.kimi_k25_models import build_model
+
+    return build_model(out_dir, weights=False, tiny=False)
+
+
+def kimi_k25_reference(model_dir: Path):
+    from tests.support.kimi_k25_models import VllmImageProcessor
+
+    return VllmImageProcessor(model_dir)
+
+
+# Families whose reference column is not transformers' image processor: vLLM runs its own.
+REFERENCES = {"Kimi-K2.5": kimi_k25_reference}
+
 FAMILIES = {
     "Qwen2.5-VL": build_qwen25,
     "Qwen2-VL": build_qwen_variant("qwen2_vl", QWEN2_PREPROCESSOR),
@@ -249,6 +267,7 @@ FAMILIES = {
     "GLM-4.xV": build_glm4v,
     "Idefics3": build_idefics3("idefics3"),
     "SmolVLM": build_idefics3("smolvlm"),
+    "Kimi-K2.5": build_kimi_k25,
 }
 
 
@@ -398,7 +417,7 @@ def bench_family(
     from transformers import AutoImageProcessor
 
     processor = processor_for(ModelFiles.load(model_dir))
-    image_processor = AutoImageProcessor.from_pretrained(model_dir)
+    image_processor = REFERENCES.get(name, AutoImageProcessor.from_pretrained)(model_dir)
     rows = []
     for (width, height), fmt in encoded:
         data = encoded[(width, height), fmt]

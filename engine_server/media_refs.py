@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine_server.errors import InvalidRequest, MediaUnavailable
-from engine_server.model_info import check_item_counts
+from engine_server.model_info import check_item_counts, engine_modality
 from protos import common_pb2
 
 log = logging.getLogger("mmgate.engine")
@@ -125,6 +125,7 @@ class MediaRefProcessor:
         model_config = engine.model_config
         mm_config = model_config.get_multimodal_config()
         self._engine = engine
+        self._model_config = model_config
         self._mm_config = mm_config
         self._max_item_bytes = settings.max_item_bytes
         self._connector = MEDIA_CONNECTOR_REGISTRY.load(
@@ -155,7 +156,11 @@ class MediaRefProcessor:
         media = await asyncio.gather(*(self._fetch(i, item) for i, item in enumerate(items)))
         data: dict[str, list[Any]] = {}
         for item, loaded in zip(items, media):
-            data.setdefault(item.modality, []).append(loaded)
+            modality = engine_modality(self._model_config, item.modality)
+            if modality == "vision_chunk":
+                # As vLLM's chat parser hands a unified-vision-chunk model (Kimi-K2.5) an image.
+                loaded = {"type": "image", "image": loaded, "uuid": None}
+            data.setdefault(modality, []).append(loaded)
         prompt: dict[str, Any] = {"prompt_token_ids": list(ids), "multi_modal_data": data}
         if text:
             prompt["prompt"] = text
@@ -173,7 +178,14 @@ class MediaRefProcessor:
     def _check_items(self, items: Sequence[MediaRef]) -> None:
         counts: dict[str, int] = {}
         for index, item in enumerate(items):
-            counts[item.modality] = counts.get(item.modality, 0) + 1
+            modality = engine_modality(self._model_config, item.modality)
+            if modality == "vision_chunk" and item.modality != "image":
+                # vLLM cuts a video into chunks with its own prompts in the chat parser.
+                raise InvalidRequest(
+                    f"media_refs[{index}]: this model takes {item.modality} only through "
+                    "vLLM's chat parser (vision chunks); send images"
+                )
+            counts[modality] = counts.get(modality, 0) + 1
             size = inline_size(item.url)
             if size is not None and size > self._max_item_bytes:
                 raise InvalidRequest(

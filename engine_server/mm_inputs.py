@@ -44,6 +44,8 @@ class _Batch:
 
 
 SlotCheck = Callable[[MultiModalKwargsItems, dict[str, list[PlaceholderRange]]], None]
+# The wire's modality ("image", "video") to the one the model keys its items by.
+ModalityMap = Callable[[str], str]
 
 
 def build_mm_prompt(
@@ -52,9 +54,10 @@ def build_mm_prompt(
     contract: PixelContract,
     text: str | None = None,
     check_slots: SlotCheck | None = None,
+    modality_of: ModalityMap = str,
 ) -> MultiModalInput:
     ids = torch.tensor(prompt_ids, dtype=torch.int64)
-    decoded = [_decode_batch(b, i, ids, contract) for i, b in enumerate(batches)]
+    decoded = [_decode_batch(b, i, ids, contract, modality_of) for i, b in enumerate(batches)]
     hf_dict: dict[str, torch.Tensor] = {}
     fields: dict[str, MultiModalFieldConfig] = {}
     for batch in decoded:
@@ -77,9 +80,11 @@ def build_mm_prompt(
     return mm_input(prompt_ids, mm_kwargs, hashes, placeholders, prompt=text or None)
 
 
-def _decode_batch(batch, index: int, ids: torch.Tensor, contract: PixelContract) -> _Batch:
+def _decode_batch(
+    batch, index: int, ids: torch.Tensor, contract: PixelContract, modality_of: ModalityMap
+) -> _Batch:
     where = "mm_inputs" if index == 0 else f"extra_mm_inputs[{index - 1}]"
-    modality = "video" if batch.modality == common_pb2.VIDEO else "image"
+    modality = modality_of("video" if batch.modality == common_pb2.VIDEO else "image")
     if batch.modality not in (common_pb2.MODALITY_UNSPECIFIED, common_pb2.IMAGE, common_pb2.VIDEO):
         raise InvalidRequest(f"{where}.modality: only image and video are supported")
     num_items = len(batch.mm_placeholders)

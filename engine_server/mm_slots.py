@@ -7,7 +7,7 @@ from the item's tensors: no model knowledge lives here. A rule that asks for the
 size (Pixtral's, LLaVA-NeXT's) is handed blank stand-ins of the size an item's `image_sizes`
 (height, width: the HF processors' name) says; models whose rule needs more than that are
 admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3,
-Idefics3, SmolVLM; _POOLED_POSITIONS: Gemma 4).
+Idefics3, SmolVLM; _POOLED_POSITIONS: Gemma 4; _GRID_TENSOR: Kimi-K2.5).
 """
 
 from __future__ import annotations
@@ -39,6 +39,12 @@ _PER_ITEM_TENSOR.update(dict.fromkeys(("idefics3", "smolvlm"), ("num_patches", "
 # of patch positions (the vision pooler's count: padding, at (-1, -1), falls in block 0).
 # model type -> (per-item positions tensor, vision config field).
 _POOLED_POSITIONS = {"gemma4": ("pixel_position_ids", "pooling_kernel_size")}
+# Likewise, with the count in a grid tensor: model type -> the item's (t, h, w) patch grid.
+# Kimi-K2.5's rule sizes the replacement from the raw image (media_tokens_calculator); its
+# tower merges h x w patches by vision_config.merge_kernel_size (pooling over t), so an item
+# has h * w / (kh * kw) slots. A grid the merge does not divide, or one that is not the
+# item's patch count, would fail inside the tower: refused here.
+_GRID_TENSOR = {"kimi_k25": "grid_thws"}
 
 
 class EmbeddingSlots:
@@ -52,6 +58,9 @@ class EmbeddingSlots:
         pooled = _POOLED_POSITIONS.get(getattr(config, "model_type", None))
         vision = getattr(config, "vision_config", None)
         self._pooled = (pooled[0], int(getattr(vision, pooled[1]))) if pooled else None
+
+        grid = _GRID_TENSOR.get(getattr(config, "model_type", None))
+        self._grid = (grid, tuple(config.vision_config.merge_kernel_size)) if grid else None
 
     def _per_unit(self, config: Any, field: str) -> int | None:
         """Slots per unit of the tensor: the model config's `field`, else vLLM's HF
@@ -83,6 +92,8 @@ class EmbeddingSlots:
             key, kernel = self._pooled
             item = mm_kwargs[modality][index]
             return _pooled_blocks(item[key].data, kernel) if key in item else None
+        if self._grid is not None:
+            return _grid_slots(mm_kwargs[modality][index], *self._grid, f"{modality} item {index}")
         if self._processor is None:
             return None
         try:
@@ -108,6 +119,20 @@ def _pooled_blocks(positions: Any, kernel: int) -> int:
     blocks = clamped // kernel
     row = (clamped[:, 0].max() + 1) // kernel  # blocks per row, as the pooler numbers them
     return int((blocks[:, 0] + row * blocks[:, 1]).unique().numel())
+
+
+def _grid_slots(item: Any, key: str, merge: tuple[int, int], where: str) -> int | None:
+    if key not in item:
+        return None
+    t, h, w = (int(x) for x in item[key].data.flatten().tolist())
+    pixels = item.get("pixel_values")
+    rows = None if pixels is None else int(pixels.data.shape[0])
+    if h % merge[0] or w % merge[1] or rows not in (None, t * h * w):
+        raise InvalidRequest(
+            f"mm_inputs: {where} has a {key} of {[t, h, w]} for {rows} patches; the model's "
+            f"tower takes t*h*w patches with h and w multiples of {list(merge)}"
+        )
+    return h * w // (merge[0] * merge[1])
 
 
 def _stand_ins(mm_kwargs: MultiModalKwargsItems) -> MultiModalDataItems:

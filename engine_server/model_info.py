@@ -89,11 +89,22 @@ def encoder_dtype(model_config: Any) -> str:
     return name if name in ENCODER_DTYPES else ""
 
 
+def engine_modality(model_config: Any, modality: str) -> str:
+    """The modality vLLM's model keys an item of this wire modality by: a model whose config
+    sets `use_unified_vision_chunk` (Kimi-K2.5) takes images and videos as one
+    "vision_chunk" modality (its limit key too), as vLLM's chat parser maps them."""
+    unified = getattr(model_config.hf_config, "use_unified_vision_chunk", False)
+    return "vision_chunk" if unified and modality in ("image", "video") else modality
+
+
 def item_limits(model_config: Any) -> str:
     if not model_config.is_multimodal_model:
         return ""
     mm = model_config.get_multimodal_config()
-    pairs = [f"{m}={mm.get_limit_per_prompt(m)}" for m in ("image", "video")]
+    pairs = [
+        f"{m}={mm.get_limit_per_prompt(engine_modality(model_config, m))}"
+        for m in ("image", "video")
+    ]
     return ",".join(p for p in pairs if not p.endswith("=0"))
 
 

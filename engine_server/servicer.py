@@ -173,7 +173,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         self._check_ids(ids)
         self._check_item_limits(batches)
         return build_mm_prompt(
-            ids, batches, self.contract, tokenized.original_text, self.slots.check
+            ids, batches, self.contract, tokenized.original_text, self.slots.check, self._modality
         )
 
     def _check_item_limits(self, batches: list) -> None:
@@ -181,10 +181,13 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             raise InvalidRequest("mm_inputs: this model takes no multimodal input")
         counts: dict[str, int] = {}
         for batch in batches:
-            modality = "video" if batch.modality == common_pb2.VIDEO else "image"
+            modality = self._modality("video" if batch.modality == common_pb2.VIDEO else "image")
             counts[modality] = counts.get(modality, 0) + len(batch.mm_placeholders)
         mm_config = self.model_config.get_multimodal_config()
         model_info.check_item_counts(mm_config, counts, "mm_inputs")
+
+    def _modality(self, wire: str) -> str:
+        return model_info.engine_modality(self.model_config, wire)
 
     def _check_ids(self, ids: list[int]) -> None:
         vocab = self.model_config.get_vocab_size()

@@ -11,6 +11,7 @@ from multimodal.processors.gemma4 import Gemma4Processor
 from multimodal.processors.glm4v import Glm4vProcessor
 from multimodal.processors.idefics3 import Idefics3Processor, SmolVLMProcessor
 from multimodal.processors.internvl import InternVLProcessor
+from multimodal.processors.kimi_k25 import KimiK25Processor
 from multimodal.processors.llama4 import Llama4Processor
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
@@ -32,6 +33,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     SmolVLMProcessor,
     InternVLProcessor,
     Glm4vProcessor,
+    KimiK25Processor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]

@@ -136,6 +136,7 @@ def _family_dirs() -> dict:
         glm4v_models,
         idefics3_models,
         internvl_models,
+        kimi_k25_models,
         llama4_models,
         llava_onevision_models,
         pixtral_models,
@@ -157,6 +158,7 @@ def _family_dirs() -> dict:
         "smolvlm": lambda out: idefics3_models.build_model(
             out, weights=False, variant=idefics3_models.SMOLVLM
         ),
+        "kimi_k25": lambda out: kimi_k25_models.build_model(out, weights=False, tiny=False),
     }
 
 
