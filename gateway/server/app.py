@@ -93,9 +93,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        # Given by name, the model is what the workers must serve; a directory names none.
-        name = None if is_model_dir(config.model) else str(config.model)
-        pool = WorkerPool(config.workers, config.pool, config.worker_dns, metrics, model_name=name)
+        pool = WorkerPool(config.workers, config.pool, config.worker_dns, metrics)
         app.state.pool, app.state.services = pool, None
         http = create_http_client(config.media_policy)
         await pool.start()

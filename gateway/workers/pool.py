@@ -77,11 +77,7 @@ class WorkerPool:
         dns_names: Sequence[str] = (),
         metrics: GatewayMetrics | None = None,
         resolver: Resolver = resolve_all,
-        model_name: str | None = None,
     ) -> None:
-        """`model_name`: the name every worker must serve (its served_model_name or model
-        path), when the gateway was given the model by name; None: the first worker to
-        answer names the model."""
         if not urls and not dns_names:
             raise ValueError("at least one --worker or --worker-dns is required")
         self.options = options or PoolOptions()
@@ -96,7 +92,6 @@ class WorkerPool:
         self._dns_members: dict[str, set[str]] = {name: set() for name in self.dns_names}
         self._resolve = resolver
         self._tasks: list[asyncio.Task] = []
-        self.model_name = model_name
         # The model's facts: from the first worker that answers, whenever it does.
         self.model: WorkerFacts | None = None
         self.model_known = asyncio.Event()
@@ -162,9 +157,8 @@ class WorkerPool:
             self.model_known.set()
 
     def _refusal(self, facts: WorkerFacts) -> str:
-        """Why a worker's model is not the gateway's ("" when it is)."""
-        if self.model_name and self.model_name not in (facts.served_model_name, facts.model_path):
-            return f"it serves {facts.served_model_name!r}, not --model {self.model_name!r}"
+        """Why a worker's model is not the gateway's ("" when it is). `--model` does not say:
+        a name given there is what clients ask for, which workers may serve under another."""
         if self.model is None:
             return ""
         if facts.served_model_name != self.model.served_model_name:

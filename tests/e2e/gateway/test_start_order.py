@@ -78,7 +78,7 @@ def test_before_any_worker_the_gateway_is_live_not_ready_and_answers_503(waiting
 
 def test_the_first_worker_to_answer_makes_them_ready_and_a_restart_is_survived(waiting, text_model):
     by_dir, by_name, port, logs = waiting
-    # Serving the name the by-name gateway was given (a worker serving another is refused).
+    # Served under the name the by-name gateway was given, as a deployment would.
     serving = {"served_model_name": "tiny-text"}
     worker = WorkerProcess(text_model, logs / "worker.log", port=port, **serving)
     try:
