@@ -83,8 +83,10 @@ async def _start_worker(model, port: int):
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    from engine_server.reaper import start_reaper
     from engine_server.server import EngineServer, ServeOptions
 
+    start_reaper()  # as `mmgate engine` does: its engine core never outlives the demo
     engine_args = AsyncEngineArgs(
         model=str(model),
         max_model_len=2048,

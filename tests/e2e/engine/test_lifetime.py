@@ -41,3 +41,37 @@ def test_no_engine_process_outlives_the_worker(text_model, tmp_path, sig):
         for child in psutil.Process().children(recursive=True):
             if "EngineCore" in " ".join(child.cmdline()):
                 child.kill()
+
+
+def test_no_engine_process_outlives_a_killed_demo(tmp_path):
+    """`mmgate demo --serve` runs the worker in its own process: killed, it leaves nothing."""
+    import subprocess
+    import sys
+
+    from tests.support.engines import ROOT
+
+    log = open(tmp_path / "demo.log", "w")  # noqa: SIM115 - closed below
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "demo", "--serve", "--port", "0"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while "curl http://127.0.0.1:" not in (tmp_path / "demo.log").read_text():
+            assert demo.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "demo.log"
+            ).read_text()[-3000:]
+            time.sleep(0.5)
+        children = psutil.Process(demo.pid).children(recursive=True)
+        assert any("EngineCore" in " ".join(c.cmdline()) for c in children), children
+        os.kill(demo.pid, signal.SIGKILL)
+        demo.wait(30)
+        alive = wait_gone(children, timeout=30)
+        assert not alive, [c.cmdline() for c in alive]
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+        log.close()
