@@ -26,6 +26,7 @@ from starlette.types import ASGIApp
 from gateway.api.chat import ChatService
 from gateway.api.completions import CompletionService
 from gateway.api.embeddings import EmbeddingService
+from gateway.api.preprocess import PreprocessService
 from gateway.api.tokenize import TokenizeService
 from gateway.errors import GatewayError, MmgateError, error_body, error_response
 from gateway.render.bundle import unpack_bundle
@@ -65,6 +66,7 @@ class Services:
     completions: CompletionService
     embeddings: EmbeddingService
     tokenize: TokenizeService
+    preprocess: PreprocessService
 
 
 def services(state: State) -> Services:
@@ -168,6 +170,11 @@ def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> Non
     async def detokenize(request: Request):
         return await services(request.app.state).tokenize.detokenize(await request_json(request))
 
+    @app.post("/v1/preprocess")
+    async def preprocess(request: Request):
+        body = await request_json(request)
+        return await services(request.app.state).preprocess.preprocess(body)
+
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE)
@@ -224,6 +231,7 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
         completions=CompletionService(name, files, pool, metrics, token_texts),
         embeddings=EmbeddingService(name, files.tokenizer, pool),
         tokenize=TokenizeService(name, files, prompts, facts.max_context_length),
+        preprocess=PreprocessService(name, prompts, facts),
     )
 
 
