@@ -29,6 +29,7 @@ from gateway.api.embeddings import EmbeddingService
 from gateway.api.preprocess import PreprocessService
 from gateway.api.tokenize import TokenizeService
 from gateway.errors import GatewayError, MmgateError, error_body, error_response
+from gateway.playground.routes import playground_routes
 from gateway.render.bundle import unpack_bundle
 from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import PromptBuilder
@@ -121,6 +122,8 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.state.limits = config.limits
     _routes(app, config, metrics)
     app.include_router(admin_routes())
+    if config.playground:
+        app.include_router(playground_routes())
     install_openapi(app)
     return _middleware(app, config, metrics, admission)
 
