@@ -52,7 +52,8 @@ export class Attachments {
   // bad image is named by the card it is on.
   async lookUp(image, card) {
     card.showStatus("asking the gateway…");
-    const messages = [{ role: "user", content: [{ type: "image_url", image_url: { url: image.url } }] }];
+    const part = { type: "image_url", image_url: { url: image.url } };
+    const messages = [{ role: "user", content: [part] }];
     try {
       image.facts = await preprocess(this.context.model(), messages);
       card.showFacts(image.facts, 0);

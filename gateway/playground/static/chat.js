@@ -58,6 +58,7 @@ export class Conversation {
     this.context = context;
     this.history = []; // [{message, images}] sent and answered
     this.controller = null;
+    this.chat = 0; // which chat this is: a reset starts another
   }
 
   get busy() {
@@ -66,6 +67,7 @@ export class Conversation {
 
   reset() {
     this.stop();
+    this.chat += 1;
     this.history = [];
     this.transcript.replaceChildren();
   }
@@ -115,6 +117,7 @@ export class Conversation {
   // turn is then left out of the history (the caller gives it back to the composer to fix).
   async send(text, images) {
     const { model, settings } = this.context;
+    const chat = this.chat;
     const { system, ...sampling } = settings();
     const user = { role: "user", content: userContent(text, images) };
     const messages = [
@@ -173,8 +176,9 @@ export class Conversation {
       this.context.onBusy(false);
     }
     // A stopped answer stays as far as it went; one that never started is left out, so that
-    // the next turn does not follow a user turn with another.
-    if (ok && answer) {
+    // the next turn does not follow a user turn with another. Nothing is kept of a chat that
+    // "New chat" ended meanwhile.
+    if (ok && answer && chat === this.chat) {
       this.history.push({ message: user, images });
       this.history.push({ message: { role: "assistant", content: answer }, images: [] });
     }

@@ -369,6 +369,12 @@ def test_the_keyboard_alone_sends_and_goes_on(page, gateway):
     ]
     reply = httpx.post(f"{gateway.base_url}/tokenize", json={"messages": conversation}, timeout=30)
     assert int(second[1]) == reply.json()["count"]
+    # "New chat" starts over, and leaves the keyboard in the composer.
+    for _ in range(6):
+        chord(Keys.SHIFT, Keys.TAB)
+    assert focused(page) == "new-chat"
+    keys(page, Keys.ENTER)
+    assert not find_all(page, ".turn") and focused(page) == "prompt"
 
 
 def test_paste_drop_and_picker_attach_several_images_each_removable(page, gateway):
