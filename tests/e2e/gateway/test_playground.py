@@ -1,0 +1,461 @@
+"""The web playground in a real browser (headless Chromium driven by Selenium,
+tests/support/browser.py) against the real gateway over a real worker (the tiny Qwen2-VL on
+vLLM's CPU engine): images attached by picker, paste and drop with what the gateway made of
+each, streamed answers with their usage, stopping one (the engine lets the request go), the
+API's errors, the keyboard alone, a phone's width, the API key. After every test, no request
+of the page went anywhere but the gateway and the console shows no error but the API's.
+
+Set MMGATE_PLAYGROUND_SCREENSHOT=PATH to keep the screenshot of the first test (the README's
+docs/playground.png is made so).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from protos import vllm_engine_pb2 as pb
+from tests.support import IMAGES_DIR
+from tests.support.browser import Browser
+from tests.support.e2e_cases import MM_LIMITS, make_image, png_bytes
+from tests.support.engines import serve_worker
+from tests.support.gateway_process import GatewayProcess
+
+MODEL = "tiny-qwen2-vl"
+PHOTO = IMAGES_DIR / "square.jpg"
+QUESTION = "What is in this picture?"
+SYSTEM = "You are a careful observer."
+# Room for an answer long enough to be stopped half-way (the tiny model rarely ends early).
+CONTEXT = 2048  # the tiny model's max_position_embeddings
+LONG_ANSWER = 1900
+STATS = re.compile(
+    r"(\d+) prompt \+ (\d+) completion tokens · first token \d+ ms · [\d.]+ tokens/s"
+    r" · finish: (\w+)"
+)
+
+
+@pytest.fixture(scope="module")
+def worker(vision_model, tmp_path_factory):
+    yield from serve_worker(
+        vision_model,
+        tmp_path_factory,
+        "playground-worker",
+        limit_mm_per_prompt=MM_LIMITS,
+        max_model_len=CONTEXT,
+    )
+
+
+@pytest.fixture(scope="module")
+def gateway(vision_model, worker, tmp_path_factory):
+    log = tmp_path_factory.mktemp("playground") / "gateway.log"
+    gateway = GatewayProcess(vision_model, [worker.address], log, "--served-model-name", MODEL)
+    yield gateway.wait_ready()
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    browser = Browser()
+    yield browser
+    browser.quit()
+
+
+@pytest.fixture
+def page(browser, gateway):
+    """The playground, freshly loaded and connected to the gateway."""
+    open_page(browser, gateway.base_url)
+    yield browser
+    assert_stayed_local(browser, gateway.base_url)
+
+
+def open_page(browser: Browser, base_url: str) -> None:
+    browser.driver.get(base_url + "/")
+    browser.wait(lambda d: text_of(browser, "#model") == f"model: {MODEL}", what="connected")
+
+
+def assert_stayed_local(browser: Browser, base_url: str) -> None:
+    # (chrome:, about:, data: and blob: URLs are the browser's own, never on the network)
+    for url in browser.requests():
+        if url.split(":", 1)[0] in ("http", "https", "ws", "wss", "ftp"):
+            assert url.startswith(base_url + "/"), f"the page asked for {url}"
+    # The API's refusals (a 400, a 401) are logged as failed loads; anything else is a fault
+    # of the page (a script error, a CSP violation).
+    errors = [e for e in browser.console_errors() if "status of 40" not in e]
+    assert errors == []
+
+
+# ---- reading and driving the page ----
+
+
+def find(browser: Browser, css: str):
+    from selenium.webdriver.common.by import By
+
+    return browser.driver.find_element(By.CSS_SELECTOR, css)
+
+
+def find_all(browser: Browser, css: str) -> list:
+    from selenium.webdriver.common.by import By
+
+    return browser.driver.find_elements(By.CSS_SELECTOR, css)
+
+
+def text_of(browser: Browser, css: str) -> str:
+    return (
+        browser.js(
+            "const e = document.querySelector(arguments[0]); return e && e.textContent;", css
+        )
+        or ""
+    )
+
+
+def set_field(browser: Browser, field_id: str, value: object) -> None:
+    field = find(browser, f"#{field_id}")
+    field.clear()
+    field.send_keys(str(value))
+
+
+def attach(browser: Browser, *paths: Path) -> None:
+    find(browser, "#file").send_keys("\n".join(str(p) for p in paths))
+
+
+def facts(card) -> dict[str, str]:
+    """A card's facts list as {term: value}."""
+    from selenium.webdriver.common.by import By
+
+    terms = [e.get_attribute("textContent") for e in card.find_elements(By.TAG_NAME, "dt")]
+    values = [e.get_attribute("textContent") for e in card.find_elements(By.TAG_NAME, "dd")]
+    return dict(zip(terms, values))
+
+
+def composer_cards(browser: Browser, count: int, ready: str = ".facts, .error") -> list:
+    """The composer's `count` image cards, once each shows its facts (or an error)."""
+
+    def settled(_):
+        cards = find_all(browser, "#attachments .image")
+        done = len(cards) == count and all(c.find_elements("css selector", ready) for c in cards)
+        return cards if done else False
+
+    return browser.wait(settled, what=f"{count} image cards with facts")
+
+
+def answer_done(browser: Browser, turn: int = -1) -> str:
+    """The stats line of an assistant turn once it has ended (usage, or stopped)."""
+
+    def ended(_):
+        turns = find_all(browser, ".turn.assistant")
+        if not turns or turns[turn].get_attribute("aria-busy") != "false":
+            return False
+        return turns[turn].find_element("css selector", ".stats").get_attribute("textContent")
+
+    return browser.wait(ended, what="the answer to end")
+
+
+def data_uri(path: Path, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def image_part(url: str) -> dict:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def tokenized(gateway: GatewayProcess, content: list[dict], system: str | None = None) -> int:
+    messages = [{"role": "system", "content": system}] if system else []
+    body = {"messages": [*messages, {"role": "user", "content": content}]}
+    return httpx.post(f"{gateway.base_url}/tokenize", json=body, timeout=30).json()["count"]
+
+
+def record_answer_lengths(browser: Browser) -> None:
+    """From now on, the page notes the last answer's length at every change (in the page
+    itself, so that no change is missed between two calls of the driver)."""
+    browser.js(
+        """
+        window.lengths = [];
+        new MutationObserver(() => {
+          const turns = document.querySelectorAll('.turn.assistant .answer');
+          const last = turns[turns.length - 1];
+          if (last) window.lengths.push(last.textContent.length);
+        }).observe(document.getElementById('transcript'),
+                   { subtree: true, childList: true, characterData: true });
+        """
+    )
+
+
+# ---- the tests ----
+
+
+def test_an_image_and_a_question_stream_an_answer_with_its_usage(page, gateway, tmp_path):
+    find(page, "#system").send_keys(SYSTEM)
+    set_field(page, "max-tokens", 40)
+    set_field(page, "temperature", 0)
+    attach(page, PHOTO)
+    (card,) = composer_cards(page, 1)
+    # What the gateway made of the image, as its /v1/preprocess tells any client.
+    content = [image_part(data_uri(PHOTO, "image/jpeg"))]
+    body = {"messages": [{"role": "user", "content": content}]}
+    reply = httpx.post(f"{gateway.base_url}/v1/preprocess", json=body, timeout=30).json()
+    (image,) = reply["images"]
+    shown = facts(card)
+    assert shown["processor"] == "Qwen-VL (qwen_vl)"
+    assert shown["decoded"] == "256×256"
+    assert shown["tokens"] == str(image["tokens"])
+    assert shown["image_grid_thw"] == "×".join(map(str, image["grid"]["image_grid_thw"]))
+    assert (
+        shown["pixel_values"]
+        == f"[{', '.join(map(str, image['tensors']['pixel_values']['shape']))}] uint8"
+    )
+    assert "square.jpg" in card.text and f"{PHOTO.stat().st_size / 1024:.1f} KB" in card.text
+
+    find(page, "#prompt").send_keys(QUESTION)
+    record_answer_lengths(page)
+    find(page, "#send").click()
+    stats = answer_done(page)
+    # Streamed: the answer was seen at several lengths before its last.
+    lengths = [n for n in page.js("return window.lengths") if n > 0]
+    assert len(set(lengths)) >= 3, lengths
+    usage = STATS.fullmatch(stats)
+    assert usage, stats
+    # The prompt the page sent is the one /tokenize counts for the same messages.
+    question = [*content, {"type": "text", "text": QUESTION}]
+    assert int(usage[1]) == tokenized(gateway, question, system=SYSTEM)
+    assert (int(usage[2]), usage[3]) == (40, "length")
+    assert text_of(page, ".turn.assistant .answer")
+    # The sent turn keeps the image with its facts.
+    assert facts(find(page, ".turn.user .image"))["tokens"] == str(image["tokens"])
+    shot = tmp_path / "playground.png"
+    page.driver.save_screenshot(str(shot))
+    if target := os.environ.get("MMGATE_PLAYGROUND_SCREENSHOT"):
+        shutil.copy(shot, target)
+
+
+def loads(worker) -> int:
+    """Requests the worker's vLLM engine holds (its own count of unfinished requests)."""
+    return worker.stub().GetLoads(pb.GetLoadsRequest()).loads[0].num_total_reqs
+
+
+def calls_in_flight(gateway: GatewayProcess) -> int:
+    workers = httpx.get(f"{gateway.base_url}/admin/workers", timeout=10).json()["workers"]
+    return sum(w["calls_in_flight"] for w in workers)
+
+
+def test_stop_ends_the_answer_and_the_engine_lets_the_request_go(page, gateway, worker):
+    from selenium.webdriver.common.keys import Keys
+
+    set_field(page, "max-tokens", LONG_ANSWER)
+    set_field(page, "temperature", 1)
+    # Stopped by the button, then (the next turn) by Esc.
+    for turn, stop in enumerate(
+        [lambda: find(page, "#stop").click(), lambda: keys(page, Keys.ESCAPE)]
+    ):
+        find(page, "#prompt").send_keys("Tell me a very long story.", Keys.ENTER)
+        page.wait(lambda _, turn=turn: answer_text(page, turn), what="the answer to start")
+        assert loads(worker) == 1 and calls_in_flight(gateway) == 1
+        stop()
+        deadline = time.monotonic() + 10
+        while (loads(worker), calls_in_flight(gateway)) != (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (loads(worker), calls_in_flight(gateway)) == (0, 0)
+        assert worker.stub().GetServerInfo(pb.GetServerInfoRequest()).active_requests == 0
+        assert answer_done(page, turn).startswith("stopped after ")
+        length = len(answer_text(page, turn))
+        time.sleep(0.3)
+        assert len(answer_text(page, turn)) == length  # nothing more arrives
+        assert find(page, "#stop").get_attribute("disabled") and find(page, "#send").is_enabled()
+
+
+def answer_text(browser: Browser, turn: int) -> str:
+    return browser.js(
+        "const a = document.querySelectorAll('.turn.assistant .answer')[arguments[0]];"
+        "return a ? a.textContent : '';",
+        turn,
+    )
+
+
+def keys(browser: Browser, *sequence: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser.driver).send_keys(*sequence).perform()
+
+
+def test_a_bad_image_shows_the_apis_error_naming_it(page, gateway, tmp_path):
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(png_bytes(make_image(80, 60, seed=1))[:200])
+    set_field(page, "max-tokens", 8)
+    attach(page, PHOTO, broken)
+    good, bad = composer_cards(page, 2)
+    assert "processor" in facts(good)
+    assert "Error 400: invalid image: image 0: " in bad.find_element("css selector", ".error").text
+    find(page, "#prompt").send_keys("What is wrong here?")
+    find(page, "#send").click()
+    error = page.wait(lambda _: text_of(page, ".turn.assistant .error"), what="the error")
+    # The API's own words, and the file they mean.
+    content = [image_part(data_uri(PHOTO, "image/jpeg")), image_part(data_uri(broken, "image/png"))]
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 8}
+    refused = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=30)
+    assert refused.status_code == 400
+    message = refused.json()["error"]["message"]
+    assert message.startswith("invalid image: image 1: ")
+    assert error == f"Error 400 (messages): {message}\n(image 1 is “broken.png”)"
+    # The message comes back to the composer to fix: remove the bad image and send again.
+    assert find(page, "#prompt").get_attribute("value") == "What is wrong here?"
+    composer_cards(page, 2)
+    find(page, "[aria-label='Remove broken.png']").click()
+    composer_cards(page, 1)
+    find(page, "#send").click()
+    assert STATS.fullmatch(answer_done(page))
+
+
+def focused(browser: Browser) -> str:
+    return browser.js(
+        "const e = document.activeElement;"
+        "return e.id || e.getAttribute('aria-label') || e.textContent.trim() || e.tagName;"
+    )
+
+
+def test_the_keyboard_alone_sends_and_goes_on(page, gateway):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    def chord(modifier: str, key: str) -> None:
+        ActionChains(page.driver).key_down(modifier).send_keys(key).key_up(modifier).perform()
+
+    order = []
+    for _ in range(9):
+        keys(page, Keys.TAB)
+        order.append(focused(page))
+    assert order == [
+        "new-chat",
+        "Settings",
+        "system",
+        "temperature",
+        "max-tokens",
+        "top-p",
+        "prompt",
+        "attach",
+        "send",
+    ]
+    for _ in range(4):
+        chord(Keys.SHIFT, Keys.TAB)
+    assert focused(page) == "max-tokens"
+    chord(Keys.CONTROL, "a")
+    keys(page, "8", Keys.TAB, Keys.TAB)
+    assert focused(page) == "prompt"
+    keys(page, "Hello")
+    chord(Keys.SHIFT, Keys.ENTER)  # a new line, not a send
+    keys(page, "there")
+    assert find(page, "#prompt").get_attribute("value") == "Hello\nthere"
+    assert not find_all(page, ".turn")
+    keys(page, Keys.ENTER)
+    first = STATS.fullmatch(answer_done(page))
+    assert first and int(first[2]) == 8
+    assert [t.text for t in find_all(page, ".turn.user .text")] == ["Hello\nthere"]
+    assert focused(page) == "prompt"  # ready for the next turn
+    keys(page, "And then?")
+    chord(Keys.CONTROL, Keys.ENTER)
+    second = STATS.fullmatch(answer_done(page, turn=1))
+    assert second
+    # The second turn carried the first (multi-turn): its prompt is the whole conversation.
+    answer = text_of(page, ".turn.assistant .answer")
+    conversation = [
+        {"role": "user", "content": "Hello\nthere"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "And then?"},
+    ]
+    reply = httpx.post(f"{gateway.base_url}/tokenize", json={"messages": conversation}, timeout=30)
+    assert int(second[1]) == reply.json()["count"]
+    # "New chat" starts over, and leaves the keyboard in the composer.
+    for _ in range(6):
+        chord(Keys.SHIFT, Keys.TAB)
+    assert focused(page) == "new-chat"
+    keys(page, Keys.ENTER)
+    assert not find_all(page, ".turn") and focused(page) == "prompt"
+
+
+def test_paste_drop_and_picker_attach_several_images_each_removable(page, gateway):
+    pasted = png_bytes(make_image(64, 48, seed=2))
+    page.dispatch_files("paste", "#prompt", {"pasted.png": pasted})
+    page.dispatch_files("drop", "#transcript", {"dropped.jpg": PHOTO.read_bytes()})
+    attach(page, IMAGES_DIR / "wide.jpg")
+    cards = composer_cards(page, 3, ready=".facts")
+    names = [c.find_element("css selector", ".name").text for c in cards]
+    assert names == ["pasted.png", "dropped.jpg", "wide.jpg"]
+    assert [facts(c)["decoded"] for c in cards] == ["64×48", "256×256", "500×120"]
+    assert f"{len(pasted)} B" in cards[0].text or f"{len(pasted) / 1024:.1f} KB" in cards[0].text
+    find(page, "[aria-label='Remove dropped.jpg']").click()
+    composer_cards(page, 2)
+    assert focused(page) == "Remove wide.jpg"  # focus stays among the images
+    set_field(page, "max-tokens", 8)
+    find(page, "#prompt").send_keys("Compare them.")
+    find(page, "#send").click()
+    usage = STATS.fullmatch(answer_done(page))
+    sent = find_all(page, ".turn.user .image")
+    assert [c.find_element("css selector", ".name").text for c in sent] == [
+        "pasted.png",
+        "wide.jpg",
+    ]
+    content = [
+        image_part("data:image/png;base64," + base64.b64encode(pasted).decode()),
+        image_part(data_uri(IMAGES_DIR / "wide.jpg", "image/jpeg")),
+        {"type": "text", "text": "Compare them."},
+    ]
+    assert usage and int(usage[1]) == tokenized(gateway, content)
+
+
+def test_readable_at_a_phones_width(browser, gateway):
+    metrics = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+    browser.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    try:
+        open_page(browser, gateway.base_url)
+        attach(browser, IMAGES_DIR / "wide.jpg")
+        composer_cards(browser, 1)
+        # Nothing wider than the screen: no sideways scrolling, every control within reach.
+        assert browser.js("return document.documentElement.scrollWidth") <= 390
+        for css in ("#send", "#attach", "#prompt", ".image", "#temperature"):
+            box = browser.js(
+                "return document.querySelector(arguments[0]).getBoundingClientRect().right", css
+            )
+            assert box <= 390, css
+        assert_stayed_local(browser, gateway.base_url)
+    finally:
+        browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_the_api_key_is_asked_for_and_kept_in_the_tab_only(browser, vision_model, worker, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
+    key = "playground-secret"
+    keyed = GatewayProcess(
+        vision_model,
+        [worker.address],
+        tmp_path / "gateway.log",
+        "--api-key",
+        key,
+        "--served-model-name",
+        MODEL,
+    ).wait_ready()
+    try:
+        browser.driver.get(keyed.base_url + "/")
+        browser.wait(lambda _: find(browser, "#auth").is_displayed(), what="the key asked for")
+        assert focused(browser) == "api-key"
+        assert text_of(browser, "#model") == "an API key is needed"
+        find(browser, "#api-key").send_keys("wrong", Keys.ENTER)
+        browser.wait(lambda _: "refused" in text_of(browser, "#auth-why"), what="a refusal")
+        assert browser.js("return sessionStorage.getItem('mmgate-api-key')") is None
+        find(browser, "#api-key").send_keys(key, Keys.ENTER)
+        browser.wait(lambda _: text_of(browser, "#model") == f"model: {MODEL}", what="connected")
+        assert not find(browser, "#auth").is_displayed()
+        # Kept for this tab's session only: not in localStorage, not in a cookie.
+        assert browser.js("return sessionStorage.getItem('mmgate-api-key')") == key
+        assert browser.js("return [localStorage.length, document.cookie]") == [0, ""]
+        set_field(browser, "max-tokens", 4)
+        find(browser, "#prompt").send_keys("Hi", Keys.ENTER)
+        assert STATS.fullmatch(answer_done(browser))
+        assert_stayed_local(browser, keyed.base_url)
+    finally:
+        keyed.stop()
