@@ -97,6 +97,28 @@ def serve_both(
         vllm.stop()
 
 
+def vllm_prompt_ids(model: Path, images: Sequence[Any], options: dict, **config: Any) -> list[int]:
+    """The prompt ids vLLM's own processor for the model makes of `messages(images)` with
+    these mm_processor_kwargs, run offline: vLLM's server takes per-request kwargs only with
+    --trust-request-mm-kwargs, a server flag our worker does not share. `config`: more of
+    vLLM's ModelConfig (e.g. max_model_len)."""
+    from transformers import AutoTokenizer
+    from vllm.config import ModelConfig
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+    from vllm.multimodal.processing.context import TimingContext
+    from vllm.multimodal.processing.inputs import ProcessorInputs
+
+    processor = MULTIMODAL_REGISTRY.create_processor(ModelConfig(model=str(model), **config))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    content = [{"type": "image"}] * len(images) + [{"type": "text", "text": "Describe."}]
+    chat = [{"role": "user", "content": content}]  # as messages(), parts typed
+    text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    items = processor.info.parse_mm_data({"image": list(images)})
+    inputs = ProcessorInputs(ids, items, hf_processor_mm_kwargs=options)
+    return processor.apply(inputs, TimingContext(enabled=False))["prompt_token_ids"]
+
+
 def short_placeholder_request(model: Path, worker: WorkerProcess, image: Any) -> Any:
     """One image preprocessed by the gateway's code for `worker`'s pixel encoding, with one
     embedding token taken out of its placeholder (the ids and the range both one shorter):

@@ -17,6 +17,7 @@ from tests.support.family_e2e import (
     data_uri,
     messages,
     serve_both,
+    vllm_prompt_ids,
 )
 from tests.support.gemma3_models import IMAGE_SEQ_LENGTH, build_model
 
@@ -36,27 +37,6 @@ def test_images_equal_vllm_s_server(pair):
     assert pair.ours() == pair.reference()
     # the gateway preprocessed them itself
     assert "no image processor here" not in pair.gateway.log_path.read_text()
-
-
-def vllm_prompt_ids(model, images, options) -> list[int]:
-    """The prompt ids vLLM's own Gemma 3 processor makes of the chat (run offline): its
-    server takes per-request mm_processor_kwargs only with --trust-request-mm-kwargs, a
-    server flag our worker does not share."""
-    from transformers import AutoTokenizer
-    from vllm.config import ModelConfig
-    from vllm.multimodal import MULTIMODAL_REGISTRY
-    from vllm.multimodal.processing.context import TimingContext
-    from vllm.multimodal.processing.inputs import ProcessorInputs
-
-    processor = MULTIMODAL_REGISTRY.create_processor(ModelConfig(model=str(model)))
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    content = [{"type": "image"}] * len(images) + [{"type": "text", "text": "Describe."}]
-    chat = [{"role": "user", "content": content}]  # as family_e2e.messages, parts typed
-    text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    items = processor.info.parse_mm_data({"image": list(images)})
-    inputs = ProcessorInputs(ids, items, hf_processor_mm_kwargs=options)
-    return processor.apply(inputs, TimingContext(enabled=False))["prompt_token_ids"]
 
 
 def test_pan_and_scan_is_served_with_vllm_s_count(pair):

@@ -19,6 +19,7 @@ from tests.support.family_e2e import (
     ask,
     assert_slot_check_refuses,
     serve_both,
+    vllm_prompt_ids,
 )
 from tests.support.gemma4_models import build_model
 
@@ -67,28 +68,6 @@ def test_the_answer_depends_on_the_image(pair):
     assert pair.ours(TWINS) == want
 
 
-def vllm_prompt_ids(model, images, options) -> list[int]:
-    """The prompt ids vLLM's own Gemma 4 processor makes of the chat (run offline): its server
-    takes per-request mm_processor_kwargs only with --trust-request-mm-kwargs, a server flag
-    our worker does not share."""
-    from transformers import AutoTokenizer
-    from vllm.config import ModelConfig
-    from vllm.multimodal import MULTIMODAL_REGISTRY
-    from vllm.multimodal.processing.context import TimingContext
-    from vllm.multimodal.processing.inputs import ProcessorInputs
-
-    config = ModelConfig(model=str(model), max_model_len=ENGINE["max_model_len"])
-    processor = MULTIMODAL_REGISTRY.create_processor(config)
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    content = [{"type": "image"}] * len(images) + [{"type": "text", "text": "Describe."}]
-    chat = [{"role": "user", "content": content}]  # as family_e2e.messages, parts typed
-    text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    items = processor.info.parse_mm_data({"image": list(images)})
-    inputs = ProcessorInputs(ids, items, hf_processor_mm_kwargs=options)
-    return processor.apply(inputs, TimingContext(enabled=False))["prompt_token_ids"]
-
-
 @pytest.mark.parametrize(
     "options",
     [
@@ -103,7 +82,9 @@ def test_a_request_s_budget_is_served_with_vllm_s_count(pair, reference, options
     reply = ask(
         pair.gateway.client(), images, str(pair.model), extra_body={"mm_processor_kwargs": options}
     )
-    assert reply.usage.prompt_tokens == len(vllm_prompt_ids(pair.model, images, options))
+    assert reply.usage.prompt_tokens == len(
+        vllm_prompt_ids(pair.model, images, options, max_model_len=ENGINE["max_model_len"])
+    )
     assert reply.usage.completion_tokens == 10
     plain = ask(pair.gateway.client(), images, str(pair.model))
     assert reply.usage.prompt_tokens != plain.usage.prompt_tokens

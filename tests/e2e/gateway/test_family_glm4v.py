@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from tests.support.e2e_cases import IMAGE, make_image
-from tests.support.family_e2e import ask, assert_slot_check_refuses, serve_both
+from tests.support.family_e2e import ask, assert_slot_check_refuses, serve_both, vllm_prompt_ids
 from tests.support.glm4v_models import TINY_PIXELS, build_model
 
 ENGINE = {"limit_mm_per_prompt": {"image": 2}}
@@ -61,27 +61,6 @@ def test_the_answer_depends_on_the_image(pair, reference):
     one, other = (ask(pair.gateway.client(), [i], str(pair.model)) for i in (IMAGE, OTHER))
     assert one.usage.prompt_tokens == other.usage.prompt_tokens
     assert one.choices[0].message.content != other.choices[0].message.content
-
-
-def vllm_prompt_ids(model, images, options) -> list[int]:
-    """The prompt ids vLLM's own GLM-4.xV processor makes of the chat (run offline): its
-    server takes per-request mm_processor_kwargs only with --trust-request-mm-kwargs, a
-    server flag our worker does not share."""
-    from transformers import AutoTokenizer
-    from vllm.config import ModelConfig
-    from vllm.multimodal import MULTIMODAL_REGISTRY
-    from vllm.multimodal.processing.context import TimingContext
-    from vllm.multimodal.processing.inputs import ProcessorInputs
-
-    processor = MULTIMODAL_REGISTRY.create_processor(ModelConfig(model=str(model)))
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    content = [{"type": "image"}] * len(images) + [{"type": "text", "text": "Describe."}]
-    chat = [{"role": "user", "content": content}]  # as family_e2e.messages, parts typed
-    text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    items = processor.info.parse_mm_data({"image": list(images)})
-    inputs = ProcessorInputs(ids, items, hf_processor_mm_kwargs=options)
-    return processor.apply(inputs, TimingContext(enabled=False))["prompt_token_ids"]
 
 
 def test_a_per_request_size_is_served_with_vllm_s_count(pair):
