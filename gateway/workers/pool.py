@@ -142,15 +142,14 @@ class WorkerPool:
         return facts
 
     def _admit(self, worker: Worker, facts: WorkerFacts) -> None:
-        """The first worker to answer with the right model names it; a worker serving another
-        one is refused (never routed to) until it serves this one."""
+        """After a (re)connection: the first worker to answer names the model; a worker
+        serving another one is refused (never routed to) until it serves this one."""
         refusal = self._refusal(facts)
-        if refusal != worker.refused:
-            if refusal:
-                log.error("worker %s refused: %s", worker.url, refusal)
-                self.metrics.workers_refused.labels("other_model").inc()
-            else:
-                log.info("worker %s answered: model %s", worker.url, facts.served_model_name)
+        if not refusal:
+            log.info("worker %s answered: model %s", worker.url, facts.served_model_name)
+        elif refusal != worker.refused:  # once, not at every retry
+            log.error("worker %s refused: %s", worker.url, refusal)
+            self.metrics.workers_refused.labels("other_model").inc()
         worker.refused = refusal
         if not refusal and self.model is None:
             self.model = facts
