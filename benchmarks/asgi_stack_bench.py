@@ -22,11 +22,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message
 
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.request_log import configure_logging
 from gateway.server.admission import Admission
 from gateway.server.hot_routes import HotRoutes, parse_json
-from gateway.server.metrics import GatewayMetrics
 from gateway.server.middleware import AdmissionMiddleware, RequestMiddleware
-from gateway.server.request_log import configure_logging
 
 ROUTE = "/v1/chat/completions"
 BODY = json.dumps({"messages": [{"role": "user", "content": "Hi."}], "max_tokens": 16}).encode()

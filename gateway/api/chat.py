@@ -21,11 +21,11 @@ from gateway.api.chat_parsing import (
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
+from gateway.observability import tracing
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.request_log import engine_request_id
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
-from gateway.server import tracing
-from gateway.server.metrics import GatewayMetrics
-from gateway.server.request_log import engine_request_id
 from gateway.stream import sse
 from gateway.stream.generation import Choice, Generation, Usage, per_choice
 from gateway.stream.logprobs import TokenTexts, chat_content, chat_logprobs

@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway.api.protocol import CompletionRequest
 from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.request_log import engine_request_id
 from gateway.render.model_files import ModelFiles
-from gateway.server.metrics import GatewayMetrics
-from gateway.server.request_log import engine_request_id
 from gateway.stream import sse
 from gateway.stream.detokenizer import decode_prompt
 from gateway.stream.generation import Choice, Generation, Usage

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from tokenizers import Tokenizer
 
 from gateway.errors import GatewayError, check_model, from_grpc, parse_body
-from gateway.server.request_log import engine_request_id
+from gateway.observability.request_log import engine_request_id
 from gateway.workers.pool import WorkerPool
 from protos import vllm_engine_pb2 as pb
 

@@ -247,11 +247,11 @@ def main(argv: list[str]) -> int:
 
     from gateway.api.chat_parsing import ParsingConfig
     from gateway.errors import MmgateError
+    from gateway.observability.request_log import configure_logging
     from gateway.render.templates import read_chat_template_arg
     from gateway.render.worker_media import mm_processing_mode
     from gateway.server.app import create_app
     from gateway.server.config import CorsConfig, GatewayConfig
-    from gateway.server.request_log import configure_logging
     from gateway.workers.worker import parse_address
     from multimodal.media import MediaPolicy
 

@@ -23,10 +23,10 @@ from typing import Any, Protocol
 import httpx
 
 from gateway.errors import GatewayError
+from gateway.observability import tracing
+from gateway.observability.metrics import GatewayMetrics
 from gateway.render.renderer import ChatRenderer, RenderedChat
 from gateway.render.worker_media import MmProcessing, media_refs
-from gateway.server import tracing
-from gateway.server.metrics import GatewayMetrics
 from multimodal.media import LoadedImage, MediaPolicy, decode_sources, download_all, needs_download
 from multimodal.pipeline import PixelEncoding, Prepared, prepare
 from multimodal.processors.base import ItemProcessor

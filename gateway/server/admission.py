@@ -11,7 +11,7 @@ import time
 from collections import deque
 
 from gateway.errors import GatewayError
-from gateway.server.metrics import GaugesFrom
+from gateway.observability.metrics import GaugesFrom
 
 
 class Admission:

@@ -29,6 +29,8 @@ from gateway.api.embeddings import EmbeddingService
 from gateway.api.preprocess import PreprocessService
 from gateway.api.tokenize import TokenizeService
 from gateway.errors import GatewayError, MmgateError, error_body, error_response
+from gateway.observability.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.observability.tracing import configure as configure_tracing
 from gateway.playground.routes import playground_routes
 from gateway.render.bundle import unpack_bundle
 from gateway.render.model_files import ModelFiles, is_model_dir
@@ -39,11 +41,13 @@ from gateway.server.admin import admin_routes
 from gateway.server.admission import Admission
 from gateway.server.config import GatewayConfig
 from gateway.server.hot_routes import Handler, HotRoutes, request_json
-from gateway.server.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.server.middleware import AdmissionMiddleware, ApiKeyMiddleware, RequestMiddleware
+from gateway.server.middleware import (
+    AdmissionMiddleware,
+    ApiKeyMiddleware,
+    RequestMiddleware,
+    TracingMiddleware,
+)
 from gateway.server.openapi import install as install_openapi
-from gateway.server.tracing import TracingMiddleware
-from gateway.server.tracing import configure as configure_tracing
 from gateway.stream.logprobs import TokenTexts
 from gateway.workers.pool import WorkerPool
 from gateway.workers.worker import WorkerFacts

@@ -47,5 +47,5 @@ class GatewayConfig:
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     parsing: ParsingConfig = field(default_factory=ParsingConfig)
     limits: RequestLimits = field(default_factory=RequestLimits)
-    otlp_traces_endpoint: str | None = None  # OpenTelemetry collector (gateway.server.tracing)
+    otlp_traces_endpoint: str | None = None  # an OpenTelemetry collector (observability/)
     playground: bool = True  # the web page at / and /playground (gateway.playground)

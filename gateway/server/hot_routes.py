@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayError, MmgateError, error_body, error_response
-from gateway.server import tracing
+from gateway.observability import tracing
 from gateway.server.limits import RequestLimits
 
 log = logging.getLogger("mmgate.gateway")

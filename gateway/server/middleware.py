@@ -15,10 +15,10 @@ from collections.abc import Collection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, error_body
-from gateway.server import tracing
+from gateway.observability import tracing
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.request_log import bind_request_id, current_request_id, unbind_request_id
 from gateway.server.admission import Admission
-from gateway.server.metrics import GatewayMetrics
-from gateway.server.request_log import bind_request_id, current_request_id, unbind_request_id
 from gateway.workers.pool import lease_scope
 
 access_log = logging.getLogger("mmgate.access")
@@ -156,3 +156,25 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
+
+
+class TracingMiddleware:
+    """The HTTP server span of every request, continuing the client's `traceparent`."""
+
+    def __init__(self, app: ASGIApp, routes: Collection[str]) -> None:
+        self.app, self.routes = app, frozenset(routes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not tracing.enabled() or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        route = scope["path"] if scope["path"] in self.routes else "other"
+        with tracing.server_span(scope["method"], route, headers) as server_span:
+
+            async def send_status(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    server_span.set_attribute("http.response.status_code", message["status"])
+                await send(message)
+
+            await self.app(scope, receive, send_status)

@@ -10,22 +10,36 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Protocol
 
-import grpc
 from tokenizers import Tokenizer
 
-from gateway.api.protocol import SamplingFields
-from gateway.errors import GatewayError, from_grpc
-from gateway.server import tracing
-from gateway.server.metrics import GatewayMetrics
+from gateway.errors import GatewayError
+from gateway.observability.metrics import GatewayMetrics
 from gateway.stream.detokenizer import IncrementalText, TextOptions
 from gateway.stream.logprobs import Position
-from gateway.workers.worker import WORKER_FAULTS, Worker
+from gateway.workers.retry import Reroute, RetryingGenerate
+from gateway.workers.worker import Worker
 from multimodal.wire import Piece
 from protos import vllm_engine_pb2 as pb
+
+
+class TextRequest(Protocol):
+    """What a generation reads of a request (the API's sampling fields): how its text is
+    made and where it stops."""
+
+    n: int
+    skip_special_tokens: bool
+    spaces_between_special_tokens: bool
+    include_stop_str_in_output: bool
+    min_tokens: int
+    stop_token_ids: list[int] | None
+    ignore_eos: bool
+
+    def stop_list(self) -> list[str]: ...
 
 
 @dataclass
@@ -126,14 +140,14 @@ class Generation:
 
     def __init__(
         self,
-        request: SamplingFields,
+        request: TextRequest,
         worker: Worker,
         generate: pb.GenerateRequest,
         tokenizer: Tokenizer,
         added: Mapping[int, str],
         first_index: int = 0,
         metrics: GatewayMetrics | None = None,
-        reroute: Callable[[list[Worker]], Worker | None] | None = None,
+        reroute: Reroute | None = None,
         tail: Sequence[Piece] = (),
     ) -> None:
         """`tail`: fields already serialized, sent after `generate`'s own (the images)."""
@@ -156,40 +170,19 @@ class Generation:
         for choice in self.choices:
             choice.index += first_index
         self.usage = Usage(prompt_tokens=len(prompt_ids))
-        self.worker, self.generate, self.tail = worker, generate, tail
+        self.generate = generate
+        self.call = RetryingGenerate(worker, generate, tail, reroute)
         self.metrics = metrics
-        self.reroute = reroute
         self._sent_at = self._first_token_at = 0.0
 
     async def responses(self) -> AsyncIterator[tuple[Choice, bool]]:
         """(choice, finished) after each message from the worker. A call that fails for the
         worker's fault before any message is retried on another worker, if the pool has one."""
         self._sent_at = time.perf_counter()
-        failed: list[Worker] = []
-        while True:
-            received, failure = False, None
-            call = tracing.start("mmgate.worker.generate", worker_url=self.worker.url)
-            try:
-                # aclosing: a consumer that stops (client gone) cancels the call at once
-                responses = self.worker.generate(self.generate, self.tail, tracing.metadata(call))
-                async with aclosing(responses) as stream:
-                    async for response in stream:
-                        received = True
-                        for item in self._on_response(response):
-                            yield item
-            except grpc.aio.AioRpcError as error:
-                failure = error
-                self.worker.record_call(error)
-                failed.append(self.worker)
-                retry = not received and error.code() in WORKER_FAULTS and self.reroute
-                if retry and (other := self.reroute(failed)) is not None:
-                    self.worker = other
-                    continue
-                raise from_grpc(error) from None
-            finally:
-                tracing.finish(call, failure)
-            self.worker.record_call(None)
-            break
+        async with aclosing(self.call.responses()) as responses:
+            async for response in responses:
+                for item in self._on_response(response):
+                    yield item
         if unfinished := [c.index for c in self.choices if c.finish_reason is None]:
             raise GatewayError(
                 f"the engine worker ended the stream before finishing choice {unfinished[0]}",

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 
 from gateway.errors import MmgateError, error_body
-from gateway.server import tracing
+from gateway.observability import tracing
 
 DONE = "data: [DONE]\n\n"
 log = logging.getLogger("mmgate.gateway")

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError
-from gateway.server.metrics import GatewayMetrics, GaugesFrom
+from gateway.observability.metrics import GatewayMetrics, GaugesFrom
 from gateway.workers.health import STATE_VALUES, CircuitBreaker, HealthGate
 from gateway.workers.routing import Router
 from gateway.workers.worker import Worker, WorkerFacts, parse_address

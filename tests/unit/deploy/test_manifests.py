@@ -506,7 +506,7 @@ def test_the_gateway_built_from_the_rendered_args_answers_the_probes(variant, mo
     from starlette.testclient import TestClient
 
     from gateway.cli import serve
-    from gateway.server import request_log
+    from gateway.observability import request_log
 
     c = container(gateway(variant))
     monkeypatch.delenv("VLLM_API_KEY", raising=False)

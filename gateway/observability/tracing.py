@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _tracer: Any = None  # an opentelemetry Tracer once configure() was given an endpoint
 _NO_METADATA: tuple[tuple[str, str], ...] = ()
@@ -104,31 +102,15 @@ def _clean(attributes: dict[str, Any]) -> dict[str, Any]:
     return {k.replace("_", "."): v for k, v in attributes.items() if v is not None}
 
 
-class TracingMiddleware:
-    """The HTTP server span of every request, continuing the client's `traceparent`."""
+def server_span(method: str, route: str, headers: Mapping[str, str]) -> Any:
+    """The HTTP server span of one request (a context manager), continuing the trace of the
+    client's `traceparent` in `headers`, if any. Only called when tracing is on."""
+    from opentelemetry.propagate import extract
+    from opentelemetry.trace import SpanKind
 
-    def __init__(self, app: ASGIApp, routes: Sequence[str]) -> None:
-        self.app, self.routes = app, frozenset(routes)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _tracer is None or scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        from opentelemetry.propagate import extract
-        from opentelemetry.trace import SpanKind
-
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        route = scope["path"] if scope["path"] in self.routes else "other"
-        with _tracer.start_as_current_span(
-            f"{scope['method']} {route}",
-            context=extract(headers),
-            kind=SpanKind.SERVER,
-            attributes={"http.request.method": scope["method"], "http.route": route},
-        ) as server_span:
-
-            async def send_status(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    server_span.set_attribute("http.response.status_code", message["status"])
-                await send(message)
-
-            await self.app(scope, receive, send_status)
+    return _tracer.start_as_current_span(
+        f"{method} {route}",
+        context=extract(headers),
+        kind=SpanKind.SERVER,
+        attributes={"http.request.method": method, "http.route": route},
+    )

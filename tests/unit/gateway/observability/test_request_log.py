@@ -8,7 +8,7 @@ import os
 import random
 import time
 
-from gateway.server.request_log import BatchedStreamHandler, new_request_id
+from gateway.observability.request_log import BatchedStreamHandler, new_request_id
 
 
 def make_logger(stream: io.StringIO, interval: float) -> tuple[logging.Logger, logging.Handler]:
