@@ -5,24 +5,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import struct
-from typing import Any, Literal
+from typing import Any
 
 import grpc
-from pydantic import BaseModel, ConfigDict
 from tokenizers import Tokenizer
 
+from gateway.api.protocol import EmbeddingRequest
 from gateway.errors import GatewayError, check_model, from_grpc, parse_body
 from gateway.observability.request_log import engine_request_id
 from gateway.workers.pool import WorkerPool
 from protos import vllm_engine_pb2 as pb
-
-
-class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    input: str | list[str] | list[int] | list[list[int]]
-    model: str | None = None
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
 
 
 class EmbeddingService:

@@ -266,3 +266,59 @@ class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     tokens: list[int]
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+
+
+class PreprocessRequest(ChatPromptFields):
+    """The prompt fields of a chat completion request; sampling fields are ignored."""
+
+    model: str | None = None
+
+
+class TensorFacts(BaseModel):
+    shape: list[int]
+    dtype: str  # as it travels to the worker
+
+
+class PlaceholderFacts(BaseModel):
+    offset: int  # in the expanded prompt's token ids
+    length: int
+
+
+class ImageFacts(BaseModel):
+    index: int  # the image's position in the request, as errors name it ("image 1: ...")
+    bytes: int  # encoded size
+    mime: str | None  # sniffed from the bytes
+    # The rest is known when the gateway preprocesses (null when a worker does):
+    width: int | None = None  # decoded, EXIF orientation applied
+    height: int | None = None
+    placeholder: PlaceholderFacts | None = None
+    tokens: int | None = None  # prompt tokens the image takes
+    embeddings: int | None = None  # of those, the ones the vision encoder fills
+    # The item's small integer layout tensors: grid (Qwen-VL's image_grid_thw [t, h, w] in
+    # patches), tile counts (num_patches, image_num_patches, patches_per_image), ...
+    grid: dict[str, Any] = {}
+    tensors: dict[str, TensorFacts] = {}
+    hash: str | None = None  # the engine's cache key for the item
+
+
+class PreprocessResponse(BaseModel):
+    object: Literal["preprocess"] = "preprocess"
+    model: str
+    # Who preprocesses the request's images: this gateway, or the workers (a model without a
+    # processor here, or --mm-processing worker); null without images.
+    processed_by: Literal["gateway", "worker"] | None
+    family: str | None  # the gateway's processor for the model's images, e.g. "qwen_vl"
+    family_title: str | None  # e.g. "Qwen-VL"
+    pixels: str | None  # the dtype pixels travel in ("uint8" for engines normalizing on device)
+    # The prompt's length with every image expanded (when a worker preprocesses: one
+    # placeholder per image, which the worker expands).
+    prompt_tokens: int
+    images: list[ImageFacts]

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from starlette.datastructures import State
 
 from gateway.errors import parse_body
-from gateway.server.hot_routes import request_json
 from gateway.workers.worker import Worker
 
 
@@ -39,27 +37,18 @@ def describe(worker: Worker) -> dict[str, Any]:
     }
 
 
-def admin_routes() -> APIRouter:
-    router = APIRouter(prefix="/admin")
+async def list_workers(state: State, body: None) -> dict:
+    return {
+        "policy": state.pool.router.policy,
+        "workers": [describe(w) for w in state.pool.workers.values()],
+    }
 
-    @router.get("/workers")
-    async def list_workers(request: Request) -> dict:
-        pool = request.app.state.pool
-        return {
-            "policy": pool.router.policy,
-            "workers": [describe(w) for w in pool.workers.values()],
-        }
 
-    @router.post("/workers")
-    async def add_worker(request: Request) -> JSONResponse:
-        ref = parse_body(WorkerRef, await request_json(request))
-        worker = await request.app.state.pool.add(ref.url)
-        return JSONResponse(describe(worker), 201)
+async def add_worker(state: State, body: Any) -> dict:
+    ref = parse_body(WorkerRef, body)
+    return describe(await state.pool.add(ref.url))  # 201, as its route says
 
-    @router.delete("/workers")
-    async def remove_worker(request: Request) -> JSONResponse:
-        ref = parse_body(WorkerRef, await request_json(request))
-        worker = request.app.state.pool.remove(ref.url)
-        return JSONResponse(describe(worker), 202)
 
-    return router
+async def remove_worker(state: State, body: Any) -> dict:
+    ref = parse_body(WorkerRef, body)
+    return describe(state.pool.remove(ref.url))  # 202: it goes once its requests are done

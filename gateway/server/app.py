@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response
-from starlette.datastructures import State
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp
 
 from gateway.api.chat import ChatService
@@ -28,8 +26,8 @@ from gateway.api.completions import CompletionService
 from gateway.api.embeddings import EmbeddingService
 from gateway.api.preprocess import PreprocessService
 from gateway.api.tokenize import TokenizeService
-from gateway.errors import GatewayError, MmgateError, error_body, error_response
-from gateway.observability.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.errors import MmgateError, error_response
+from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.tracing import configure as configure_tracing
 from gateway.playground.routes import playground_routes
 from gateway.render.bundle import unpack_bundle
@@ -37,10 +35,9 @@ from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import PromptBuilder
 from gateway.render.renderer import ChatRenderer
 from gateway.render.worker_media import fallback_placeholders
-from gateway.server.admin import admin_routes
 from gateway.server.admission import Admission
 from gateway.server.config import GatewayConfig
-from gateway.server.hot_routes import Handler, HotRoutes, request_json
+from gateway.server.hot_routes import HotRoutes
 from gateway.server.middleware import (
     AdmissionMiddleware,
     ApiKeyMiddleware,
@@ -48,17 +45,14 @@ from gateway.server.middleware import (
     TracingMiddleware,
 )
 from gateway.server.openapi import install as install_openapi
+from gateway.server.routes import VERSION, hot_handlers
+from gateway.server.routes import install as install_routes
 from gateway.stream.logprobs import TokenTexts
 from gateway.workers.pool import WorkerPool
 from gateway.workers.worker import WorkerFacts
 from multimodal.fetch import create_http_client
 from multimodal.registry import processors_for
 
-VERSION = "0.1.0"
-WAITING = (
-    "no engine worker has answered yet: the gateway learns the model from the first worker "
-    "that does; try again shortly"
-)
 RETRY_BUILD_SECONDS = 5.0
 log = logging.getLogger("mmgate.gateway")
 
@@ -72,22 +66,6 @@ class Services:
     embeddings: EmbeddingService
     tokenize: TokenizeService
     preprocess: PreprocessService
-
-
-def services(state: State) -> Services:
-    """The app's services, or a 503 while no worker has answered yet."""
-    built = getattr(state, "services", None)
-    if built is None:
-        raise GatewayError(WAITING, 503)
-    return built
-
-
-# Served by HotRoutes (the parsed JSON body straight to the service), not by FastAPI's router.
-GENERATION_ROUTES: dict[str, Handler] = {
-    "/v1/chat/completions": lambda state, body: services(state).chat.create(body),
-    "/v1/completions": lambda state, body: services(state).completions.create(body),
-    "/v1/embeddings": lambda state, body: services(state).embeddings.create(body),
-}
 
 
 def create_app(config: GatewayConfig) -> ASGIApp:
@@ -120,69 +98,20 @@ def create_app(config: GatewayConfig) -> ASGIApp:
 
     app = FastAPI(title="mmgate", version=VERSION, lifespan=lifespan)
 
-    app.state.model_name = model_name
-    app.state.limits = config.limits
-    _routes(app, config, metrics)
-    app.include_router(admin_routes())
+    app.state.model_name, app.state.model_root = model_name, str(config.model)
+    app.state.limits, app.state.metrics = config.limits, metrics
+    _exception_handlers(app)
+    install_routes(app)
     if config.playground:
         app.include_router(playground_routes())
     install_openapi(app)
     return _middleware(app, config, metrics, admission)
 
 
-def _routes(app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics) -> None:
+def _exception_handlers(app: FastAPI) -> None:
     @app.exception_handler(MmgateError)
     async def _mmgate_error(request: Request, error: MmgateError) -> JSONResponse:
         return error_response(error)
-
-    @app.get("/health")
-    async def health() -> dict:
-        return {"status": "ok"}
-
-    @app.get("/ready")
-    async def ready(request: Request) -> JSONResponse:
-        if request.app.state.services is None:
-            return JSONResponse(error_body(WAITING, 503), 503)
-        if request.app.state.pool.any_healthy():
-            return JSONResponse({"status": "ready"})
-        return JSONResponse(error_body("no healthy engine worker", 503), 503)
-
-    @app.get("/version")
-    async def version() -> dict:
-        return {"version": VERSION}
-
-    @app.get("/v1/models")
-    async def models(request: Request) -> dict:
-        name = request.app.state.model_name
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": name,
-                    "object": "model",
-                    "created": int(time.time()),
-                    "owned_by": "mmgate",
-                    "root": str(config.model),
-                }
-            ],
-        }
-
-    @app.post("/tokenize")
-    async def tokenize(request: Request):
-        return await services(request.app.state).tokenize.tokenize(await request_json(request))
-
-    @app.post("/detokenize")
-    async def detokenize(request: Request):
-        return await services(request.app.state).tokenize.detokenize(await request_json(request))
-
-    @app.post("/v1/preprocess")
-    async def preprocess(request: Request):
-        body = await request_json(request)
-        return await services(request.app.state).preprocess.preprocess(body)
-
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
 
 async def _build_when_known(
@@ -265,8 +194,9 @@ def _middleware(
     answers preflights before the API key is asked for, and only authorized requests take
     admission slots. The generation routes are served inside all of them by HotRoutes and
     never enter FastAPI (its router, exception and error layers cost ~50 us a request)."""
-    stack: ASGIApp = HotRoutes(app, GENERATION_ROUTES, app.state, config.limits)
-    stack = AdmissionMiddleware(stack, admission, metrics, GENERATION_ROUTES)
+    hot = hot_handlers()
+    stack: ASGIApp = HotRoutes(app, hot, app.state, config.limits)
+    stack = AdmissionMiddleware(stack, admission, metrics, hot)
     if config.api_keys:
         stack = ApiKeyMiddleware(stack, config.api_keys)
     if config.cors.allowed_origins:
@@ -278,5 +208,5 @@ def _middleware(
             allow_credentials=config.cors.allow_credentials,
             expose_headers=["X-Request-Id"],
         )
-    routes = {route.path for route in app.routes} | GENERATION_ROUTES.keys()
+    routes = {route.path for route in app.routes} | hot.keys()
     return RequestMiddleware(TracingMiddleware(stack, sorted(routes)), metrics, routes)

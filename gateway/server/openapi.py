@@ -1,98 +1,63 @@
-"""The gateway's OpenAPI document (`/openapi.json`, `/docs`), request bodies included.
+"""The gateway's OpenAPI document (`/openapi.json`, `/docs`), request bodies included, made
+from the route table (`gateway.server.routes`).
 
-The routes that read a JSON body do it themselves (the generation routes in `HotRoutes`,
-/tokenize, /detokenize, /v1/preprocess and the admin routes with `request_json`), so FastAPI
-knows no body for them. The stubs below exist only to describe those bodies with the models
-the services validate them with; they are never called. Clients and the fuzz test
-(`tests/e2e/gateway/test_fuzz.py`) read the schema.
+The routes that read a JSON body do it themselves (HotRoutes, or `request_json` under the
+app's limits), so FastAPI knows no body for them. The document is therefore made from stub
+routes, one for each route of the table, whose parameter and return annotations are the
+table's models; they are never called. Clients and the fuzz test
+(`tests/e2e/gateway/test_fuzz.py`) read it.
 """
 
-# No `from __future__ import annotations`: FastAPI reads the stubs' annotations as classes.
+from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse
 
-from gateway.api.embeddings import EmbeddingRequest
-from gateway.api.preprocess import PreprocessRequest, PreprocessResponse
-from gateway.api.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    DetokenizeRequest,
-    TokenizeChatRequest,
-    TokenizeCompletionRequest,
-)
-from gateway.server.admin import WorkerRef
-
-DOCUMENTED = APIRouter()
+from gateway.server.routes import ROUTES, Route
 
 
-@DOCUMENTED.post("/v1/chat/completions", summary="Chat completion (OpenAI)")
-def chat_completions(body: ChatCompletionRequest) -> dict:  # pragma: no cover - a description
-    raise NotImplementedError
+def documented_routes(routes: tuple[Route, ...] = ROUTES) -> APIRouter:
+    """A router of stubs describing `routes`: each body's model as the request body."""
+    router = APIRouter()
+    for route in routes:
+        router.add_api_route(
+            route.path,
+            _stub(route),
+            methods=[route.method],
+            summary=route.summary,
+            description=route.description or None,
+            status_code=route.status,
+            response_class=PlainTextResponse if route.text else JSONResponse,
+        )
+    return router
 
 
-@DOCUMENTED.post("/v1/completions", summary="Text completion (OpenAI)")
-def completions(body: CompletionRequest) -> dict:  # pragma: no cover - a description
-    raise NotImplementedError
+def _stub(route: Route) -> Any:
+    def stub(**_: Any) -> Any:  # pragma: no cover - a description, never called
+        raise NotImplementedError
 
-
-@DOCUMENTED.post("/v1/embeddings", summary="Embeddings (OpenAI; pooling models)")
-def embeddings(body: EmbeddingRequest) -> dict:  # pragma: no cover - a description
-    raise NotImplementedError
-
-
-@DOCUMENTED.post("/tokenize", summary="Tokenize a prompt or chat messages (vLLM)")
-def tokenize(
-    body: TokenizeCompletionRequest | TokenizeChatRequest,
-) -> dict:  # pragma: no cover - a description
-    raise NotImplementedError
-
-
-@DOCUMENTED.post("/detokenize", summary="Detokenize token ids (vLLM)")
-def detokenize(body: DetokenizeRequest) -> dict:  # pragma: no cover - a description
-    raise NotImplementedError
-
-
-@DOCUMENTED.post(
-    "/v1/preprocess",
-    summary="What the gateway makes of each image of chat messages (mmgate)",
-    description="Takes a chat request's prompt fields (`messages`, `mm_processor_kwargs`, "
-    "`chat_template_kwargs`, ...) and preprocesses its images as /v1/chat/completions would, "
-    "without generating: per image the processor family, decoded size, grid or tile counts, "
-    "placeholder tokens and tensors. A bad image is a 400 naming it, as in chat.",
-)
-def preprocess(body: PreprocessRequest) -> PreprocessResponse:  # pragma: no cover
-    raise NotImplementedError
-
-
-@DOCUMENTED.post("/admin/workers", summary="Add an engine worker", status_code=201)
-def add_worker(body: WorkerRef) -> dict:  # pragma: no cover - a description
-    raise NotImplementedError
-
-
-@DOCUMENTED.delete("/admin/workers", summary="Drain and remove an engine worker", status_code=202)
-def remove_worker(body: WorkerRef) -> dict:  # pragma: no cover - a description
-    raise NotImplementedError
+    parameters = []
+    if route.body is not None:
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        parameters.append(inspect.Parameter("body", kind, annotation=route.body))
+    returns = route.response or (str if route.text else dict)
+    stub.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
+    stub.__name__ = f"{route.method.lower()}_{route.path.strip('/').replace('/', '_')}"
+    return stub
 
 
 def install(app: FastAPI) -> None:
-    """Serve the document with the bodies above in place of the bodiless real routes."""
+    """Serve the document of the route table in place of FastAPI's own."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            described = {(r.path, m) for r in DOCUMENTED.routes for m in r.methods}
-            routes = [r for r in app.routes if not described & _path_methods(r)]
             app.openapi_schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                routes=[*routes, *DOCUMENTED.routes],
+                title=app.title, version=app.version, routes=documented_routes().routes
             )
         return app.openapi_schema
 
     app.openapi = openapi
-
-
-def _path_methods(route: Any) -> set[tuple[str, str]]:
-    return {(route.path, m) for m in getattr(route, "methods", None) or ()}

@@ -18,29 +18,15 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
+from gateway.server.routes import ROUTES as TABLE
 from tests.support.engines import serve_worker
 from tests.support.gateway_process import GatewayProcess
 
 EXAMPLES = int(os.environ.get("MMGATE_FUZZ_EXAMPLES", "15"))
 TIMEOUT = 60.0  # seconds an answer may take: past it, the route hangs
-# Every operation of /openapi.json, and whether it takes input (a body) that can be made
-# invalid: the test below fails when one is added and not fuzzed.
-ROUTES = [
-    ("GET", "/health", False),
-    ("GET", "/ready", False),
-    ("GET", "/version", False),
-    ("GET", "/v1/models", False),
-    ("GET", "/metrics", False),
-    ("GET", "/admin/workers", False),
-    ("POST", "/admin/workers", True),
-    ("DELETE", "/admin/workers", True),
-    ("POST", "/v1/chat/completions", True),
-    ("POST", "/v1/completions", True),
-    ("POST", "/v1/embeddings", True),
-    ("POST", "/tokenize", True),
-    ("POST", "/detokenize", True),
-    ("POST", "/v1/preprocess", True),
-]
+# Every operation of the route table, and whether it takes input (a body) that can be made
+# invalid: /openapi.json must document exactly these (the test below), all fuzzed.
+ROUTES = [(route.method, route.path, route.body is not None) for route in TABLE]
 FUZZED = [(method, path, "positive") for method, path, _ in ROUTES] + [
     (method, path, "negative") for method, path, takes_input in ROUTES if takes_input
 ]

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from gateway.server.app import WAITING
+from gateway.server.routes import WAITING
 from tests.support.engines import WorkerProcess, free_port
 from tests.support.gateway_process import GatewayProcess
 
