@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from gateway.api import kv_transfer
 from gateway.api.chat_messages import VLLM_NULLS, delta_json, merged, tool_call_json
 from gateway.api.chat_parsing import (
     ChatParsing,
@@ -18,6 +19,7 @@ from gateway.api.chat_parsing import (
     grammar_from_first_token,
     plan_parsing,
 )
+from gateway.api.kv_transfer import check_token_ids
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
@@ -85,6 +87,9 @@ class ChatService:
             prompt = await self.prompts.expand(request, facts.pixels, rendered)
         if prompt.has_media:
             check_items(prompt, facts)
+        elif reused := kv_transfer.reused_prompt_ids(request.kv_transfer_params):
+            check_token_ids(reused, self.tokenizer, facts.vocab_size, kv_transfer.PROMPT_IDS_PARAM)
+            prompt.ids = reused  # the prefill side's prompt, not rendered again (as vLLM)
         prompt.ids = _truncated(request.truncate_prompt_tokens, prompt, facts.max_context_length)
         max_tokens = _max_tokens(request, prompt, facts)
         params = to_proto(request, max_tokens, facts.sampling_defaults)
@@ -97,6 +102,7 @@ class ChatService:
             # a non-streamed reply needs only the final message (one Complete per choice)
             stream=request.stream,
             media_refs=prompt.media_refs,
+            kv_transfer_params_json=kv_transfer.to_engine(request.kv_transfer_params),
         )
         # The pixels go out as fields appended to the serialized request, never copied into it.
         run = _Run(self, request, worker, generate, prompt, by_worker, parsing)
@@ -192,6 +198,7 @@ class _Run:
             "model": self.service.model_name,
             "choices": [self._final_choice(c) for c in self.choices],
             "usage": self._usage(self.usage.as_dict()),
+            **kv_transfer.in_response(self.generation.kv_transfer_params),
         }
 
     def _final_choice(self, choice: Choice) -> dict:

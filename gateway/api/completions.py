@@ -10,6 +10,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from gateway.api import kv_transfer
+from gateway.api.kv_transfer import check_token_ids
 from gateway.api.protocol import CompletionRequest
 from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
@@ -85,15 +87,8 @@ class CompletionService:
         return out
 
     def _check_token_ids(self, ids: list[int]) -> None:
-        """vLLM's validate_token_ids, before the ids are decoded: a negative id, or one past
-        both the tokenizer's and the model's vocabulary, is refused with its message."""
-        if not ids:
-            return
         model_vocab = self.pool.model.vocab_size if self.pool.model else 0
-        last = max(self.tokenizer.get_vocab_size(with_added_tokens=True) - 1, model_vocab - 1)
-        for bad in (min(ids), max(ids)):
-            if not 0 <= bad <= last:
-                raise GatewayError(f"Token id {bad} is out of vocabulary", 400, "prompt")
+        check_token_ids(ids, self.tokenizer, model_vocab)
 
     def _generate(
         self, request: CompletionRequest, request_id: str, ids: list[int], worker
@@ -115,6 +110,7 @@ class CompletionService:
             tokenized=pb.TokenizedInput(input_ids=ids),
             sampling_params=to_proto(request, max_tokens, facts.sampling_defaults),
             stream=request.stream,  # non-streamed: one Complete per choice, every token in it
+            kv_transfer_params_json=kv_transfer.to_engine(request.kv_transfer_params, chat=False),
         )
 
 
@@ -164,6 +160,7 @@ class _Reply:
             "model": self.model,
             "choices": sorted(choices, key=lambda c: c["index"]),
             "usage": self._usage(),
+            **kv_transfer.in_response(self.runs[0].kv_transfer_params),
         }
 
     async def sse(self) -> AsyncIterator[str]:

@@ -9,6 +9,7 @@ leaves such a token out of the text.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import aclosing
@@ -172,6 +173,8 @@ class Generation:
         self.usage = Usage(prompt_tokens=len(prompt_ids))
         self.generate = generate
         self.call = RetryingGenerate(worker, generate, tail, reroute)
+        # What the engine's KV connector returned (disaggregated prefill: the handoff)
+        self.kv_transfer_params: dict | None = None
         self.metrics = metrics
         self._sent_at = self._first_token_at = 0.0
 
@@ -240,6 +243,8 @@ class Generation:
                 self.usage.cached_tokens = complete.cached_tokens
             self.usage.prompt_tokens = complete.prompt_tokens or self.usage.prompt_tokens
             choice.on_complete(complete, whole=not self.generate.stream)
+            if complete.HasField("kv_transfer_params_json"):
+                self.kv_transfer_params = _json_object(complete.kv_transfer_params_json)
             return [(choice, True)]
         return []
 
@@ -266,3 +271,16 @@ class Generation:
         async for _ in self.responses():
             pass
         return self
+
+
+def _json_object(text: str) -> dict:
+    """A worker's JSON object field (the KV connector's params), or a 502 naming it."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise GatewayError(
+            "the engine worker sent kv_transfer_params_json that is not a JSON object", 502
+        )
+    return value

@@ -25,6 +25,8 @@ class FakeServicer(pb_grpc.VllmEngineServicer):
         self.model, self.tokens, self.ending, self.delay = model, tokens, ending, delay
         self.bundle = build_zip(model)
         self.generate_calls = 0
+        self.requests: list[pb.GenerateRequest] = []  # every Generate it was sent
+        self.kv_transfer_params_json: str | None = None  # what its "connector" returns
 
     async def GetModelInfo(self, request, context):  # noqa: N802
         return pb.GetModelInfoResponse(
@@ -48,6 +50,7 @@ class FakeServicer(pb_grpc.VllmEngineServicer):
 
     async def Generate(self, request, context):  # noqa: N802
         self.generate_calls += 1
+        self.requests.append(request)
         for token in self.tokens:  # as a real worker: deltas only when asked to stream
             if request.stream:
                 yield pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[token]))
@@ -57,7 +60,11 @@ class FakeServicer(pb_grpc.VllmEngineServicer):
         if self.ending == "complete":
             # streamed: the Complete repeats the last delta; else it carries every token
             ids = self.tokens[-1:] if request.stream else self.tokens
-            done = pb.GenerateComplete(output_ids=ids, finish_reason="length")
+            done = pb.GenerateComplete(
+                output_ids=ids,
+                finish_reason="length",
+                kv_transfer_params_json=self.kv_transfer_params_json,
+            )
             yield pb.GenerateResponse(complete=done)
 
 

@@ -44,6 +44,25 @@ def test_chat_equals_vllm(gateway, text_reference, chat_ids):
     assert reply.usage.completion_tokens == 16
 
 
+def test_kv_transfer_prompt_ids_are_the_prompt(gateway, text_reference, chat_ids):
+    """A decode side handed the prefill side's prompt (`kv_transfer_params.prompt_token_ids`)
+    generates from it, not from the messages, as vLLM's server does; the rest of the object
+    reaches the real engine (which, without a KV connector, has nothing to return)."""
+    prefill_ids = chat_ids[: len(chat_ids) // 2]
+    params = {"prompt_token_ids": prefill_ids, "do_remote_prefill": False}
+    reply = gateway.client().chat.completions.create(
+        model=gateway.client().models.list().data[0].id,
+        messages=MESSAGES,
+        temperature=0,
+        max_tokens=8,
+        extra_body={"kv_transfer_params": params},
+    )
+    (want,) = vllm_says(text_reference, prefill_ids, "gw-kv", temperature=0, max_tokens=8)
+    assert reply.choices[0].message.content == want.text
+    assert reply.usage.prompt_tokens == len(prefill_ids)
+    assert "kv_transfer_params" not in reply.model_dump()
+
+
 def test_streaming_gives_the_same_text(gateway, text_reference, chat_ids):
     stream = gateway.client().chat.completions.create(
         model=None or gateway.client().models.list().data[0].id,
