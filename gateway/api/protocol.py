@@ -8,7 +8,7 @@ do, so SDK upgrades keep working. Booleans are strict, as OpenAI's API has them:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
@@ -16,15 +16,44 @@ from gateway.errors import FieldError
 
 # Integer fields are bounded by what the wire carries (uint32 / int32), so none fails there.
 TokenId = Annotated[int, Field(ge=0, lt=2**32)]
-UNSUPPORTED = (
-    "use_beam_search",
-    "bad_words",
-    "allowed_token_ids",
-    "logprob_token_ids",
-    "prompt_embeds",
-    "thinking_token_budget",
-    "repetition_detection",
-)
+NOT_ASKED = (None, False, [], {})
+# vLLM's request fields that this gateway does not do, each with the values that mean "not
+# asked for" (what an SDK that sends every default sends): any other value is a 400 naming the
+# field, never silently ignored. Some the wire cannot carry (beam search, bad_words, ...); the
+# others change what comes back in ways not built here (extra response fields, another
+# truncation side, plugin args, scheduling, ...).
+UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    **dict.fromkeys(
+        (
+            "use_beam_search",
+            "bad_words",
+            "allowed_token_ids",
+            "logprob_token_ids",
+            "prompt_embeds",
+            "thinking_token_budget",
+            "repetition_detection",
+            "cache_salt",
+            "documents",
+            "ec_transfer_params",
+            "media_io_kwargs",
+            "return_mm_kwargs",
+            "return_prompt_text",
+            "return_token_ids",
+            "return_token_offsets",
+            "return_tokens_as_token_ids",
+            "session_id",
+            "stream_interval",
+            "vllm_xargs",
+            "watermarking",
+        ),
+        NOT_ASKED,
+    ),
+    "length_penalty": (None, 1, 1.0),
+    "mm_payload": (None, "tensors"),
+    "priority": (None, 0),
+    "routed_experts_prompt_start": (None, 0),
+    "truncation_side": (None, "left"),  # truncate_prompt_tokens keeps the last tokens
+}
 
 
 class JsonSchema(BaseModel):
@@ -102,13 +131,15 @@ class SamplingFields(BaseModel):
     kv_transfer_params: dict[str, Any] | None = None
     request_id: str | None = None
 
+    REFUSED: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED
+
     @model_validator(mode="before")
     @classmethod
-    def _refuse_what_the_wire_cannot_carry(cls, data: Any) -> Any:
+    def _refuse_what_is_not_done(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            for name in UNSUPPORTED:
-                if data.get(name) not in (None, False, [], {}):
-                    raise ValueError(f"{name} is not supported by this gateway")
+            for name, not_asked in cls.REFUSED.items():
+                if name in data and data[name] not in not_asked:
+                    raise FieldError(f"{name} is not supported by this gateway", name)
         return data
 
     @model_validator(mode="after")
@@ -208,7 +239,8 @@ class ChatCompletionRequest(ChatPromptFields, SamplingFields):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = (
         None
     )
-    echo: StrictBool = False
+    # vLLM's chat `echo` (the last message's content before the reply) is not done here.
+    REFUSED: ClassVar[dict[str, tuple[Any, ...]]] = {**UNSUPPORTED, "echo": NOT_ASKED}
 
     @model_validator(mode="before")
     @classmethod
@@ -241,6 +273,11 @@ class CompletionRequest(SamplingFields):
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: StrictBool = False
     suffix: str | None = None
+    # A completion's prompt always gets the tokenizer's special tokens (vLLM's default).
+    REFUSED: ClassVar[dict[str, tuple[Any, ...]]] = {
+        **UNSUPPORTED,
+        "add_special_tokens": (None, True),
+    }
 
     def output_logprobs(self) -> int | None:
         return self.logprobs

@@ -166,7 +166,8 @@ def test_more_output_tokens_than_the_context_is_refused_as_in_vllm():
     assert refused.value.param == "max_completion_tokens"
 
 
-@pytest.mark.parametrize("field", ["stream", "echo", "logprobs", "ignore_eos"])
+# (chat's `echo` was here: it is now refused when true, test_request_fields.py)
+@pytest.mark.parametrize("field", ["stream", "include_reasoning", "logprobs", "ignore_eos"])
 @pytest.mark.parametrize("value", ["yes", "true", 1, 0])
 def test_booleans_are_strict(field, value):
     from gateway.api.protocol import ChatCompletionRequest
