@@ -10,7 +10,8 @@ runs on any x86-64 CPU and builds elsewhere with the portable kernels.
 -fno-wrapv undoes the -fwrapv that extensions inherit from CPython's own build flags. CPython
 needs wrapping signed arithmetic; these kernels never overflow a signed int (a UBSan build runs
 the kernel tests clean), and with -fwrapv GCC gave up optimizations in their loops: the Qwen
-resize ran 6-9% slower (benchmarks/RESULTS.md, "Session 6").
+resize ran 6-9% slower (measured in commit b269b3f; the end-to-end effect is in
+benchmarks/RESULTS.md, "uint8 against the decode alone").
 """
 
 import sys

@@ -1,6 +1,7 @@
 """Time image preprocessing (decode + processor) against transformers' image processors.
 
     python -m benchmarks.preprocess_bench [--quick] [--repeats N] [--family NAME] [--json FILE]
+        [--csv FILE]
 
 For Qwen2.5-VL, Qwen2-VL, Qwen3-VL, Qwen3.5, LLaVA-1.5, LLaVA-NeXT, Gemma 3, Pixtral-12B,
 InternVL3 and Llama 4 (model dirs written to a temp dir: configs, tokenizer, preprocessor
@@ -39,6 +40,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 
 import argparse  # noqa: E402
 import concurrent.futures as futures  # noqa: E402
+import csv  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
@@ -585,6 +587,34 @@ def concurrency_table(rows: list[dict]) -> str:
     return markdown(head, body)
 
 
+# The per-size CSV (--csv): one row per family, size and format; the medians of every variant
+# and the ratios the tables print (HF over ours, decode share), so it can stand for both tables.
+CSV_RATIOS = {
+    "hf_over_ours_u8": ("hf_u8", "ours_u8"),
+    "hf_over_ours_f32": ("hf_f32", "ours_f32"),
+    "decode_share_u8": ("decode", "ours_u8"),
+    "decode_share_f32": ("decode", "ours_f32"),
+    "hf_over_ours_proc_u8": ("hf_proc_u8", "ours_proc_u8"),
+    "hf_over_ours_proc_f32": ("hf_proc_f32", "ours_proc_f32"),
+}
+CSV_COLUMNS = ["family", "size", "format", "output", "same"]
+CSV_COLUMNS += [f"{v}_ms" for v in VARIANTS] + list(CSV_RATIOS)
+
+
+def write_csv(path: Path, families: dict[str, list[dict]]) -> None:
+    """Every family's rows as CSV (CSV_COLUMNS): ms to 3 decimals, ratios to 2."""
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(CSV_COLUMNS)
+        for rows in families.values():
+            for row in rows:
+                m = row["median_ms"]
+                cells = [row[k] for k in ("family", "size", "format", "output", "same")]
+                cells += [f"{m[v]:.3f}" for v in VARIANTS]
+                cells += [f"{m[a] / m[b]:.2f}" for a, b in CSV_RATIOS.values()]
+                writer.writerow(cells)
+
+
 def machine() -> dict[str, object]:
     import torch
     import torchvision
@@ -623,6 +653,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds, 2 sizes")
     parser.add_argument("--json", type=Path, help="also write every run's timings here")
+    parser.add_argument(
+        "--csv", type=Path, help="also write one row per family, size and format here"
+    )
     parser.add_argument("--repeats", type=int, help="rounds per case (default 5, --quick 2)")
     parser.add_argument(
         "--family", action="append", choices=FAMILIES, help="only these (repeatable)"
@@ -677,7 +710,7 @@ def main() -> None:
             print(processor_table(rows))
 
         if "Qwen2.5-VL" not in dirs:
-            return finish(report, started, args.json)
+            return finish(report, started, args.json, args.csv)
         width, height = CONCURRENCY_SIZE
         data = encoded.get(((width, height), "JPEG")) or encode(photo_like(width, height), "JPEG")
         images = 6 if args.quick else 12
@@ -690,15 +723,19 @@ def main() -> None:
             f"(best and median of {repeats} batches; load average at start {load})\n"
         )
         print(concurrency_table(rows))
-    finish(report, started, args.json)
+    finish(report, started, args.json, args.csv)
 
 
-def finish(report: dict[str, object], started: float, path: Path | None) -> None:
+def finish(
+    report: dict[str, object], started: float, path: Path | None, csv_path: Path | None = None
+) -> None:
     elapsed = time.perf_counter() - started
     report["elapsed_s"] = elapsed
     print(f"\n{elapsed:.0f} s")
     if path:
         path.write_text(json.dumps(report, indent=2))
+    if csv_path:
+        write_csv(csv_path, report["families"])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Why not grpc.aio for this: each message of a grpc.aio stream crosses from gRPC's poller thread
 into the event loop through a future, about 80 us of CPU per message here, and the gRPC C core
-spends as much again in its own threads (benchmarks/RESULTS.md, "Where our time goes"). A
+spends as much again in its own threads (benchmarks/RESULTS.md, "Our gRPC stream client vs
+grpc.aio"). A
 streamed chat completion is one gRPC message per token, so that cost dominates a Python
 gateway. This client parses HTTP/2 frames in the event loop itself (`asyncio.Protocol`), hands
 each stream its raw gRPC messages without a thread hop, and batches the flow-control updates.
