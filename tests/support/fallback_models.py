@@ -90,7 +90,6 @@ IMAGE_PROCESSOR_KWARGS: dict[str, Any] = {
     "use_thumbnail": True,
 }
 
-SEED = 1234
 # head_dim 32 in both towers (vLLM's CPU attention needs 32/64/80/...).
 _TEXT: dict[str, Any] = {
     "hidden_size": 128,
@@ -132,34 +131,32 @@ _VISION: dict[str, Any] = {
 
 def build_fallback_model(out_dir: Path) -> Path:
     """Write the tiny LFM2-VL model (config, weights, tokenizer, processor) into `out_dir`."""
-    import torch
     from transformers import (
-        GenerationConfig,
         Lfm2VlConfig,
         Lfm2VlForConditionalGeneration,
         Lfm2VlImageProcessor,
         Lfm2VlProcessor,
-        PreTrainedTokenizerFast,
     )
 
     from engine_server.tiny_models import (
-        _base_tokenizer,
-        _patch_tokenizer_files,
-        _write_json,
+        fast_tokenizer,
+        save_model,
+        save_processor,
+        seeded_model,
+        token_ids,
     )
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
+    tokenizer = fast_tokenizer(
+        SPECIAL_TOKENS,
         bos_token=BOS,
         eos_token=IM_END,
         pad_token=PAD,
         chat_template=CHAT_TEMPLATE,
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
     )
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (PAD, BOS, IM_END, IMAGE_TOKEN)}
+    ids = token_ids(tokenizer, (PAD, BOS, IM_END, IMAGE_TOKEN))
     text = {
         **_TEXT,
         "vocab_size": len(tokenizer),
@@ -180,29 +177,18 @@ def build_fallback_model(out_dir: Path) -> Path:
         tie_word_embeddings=True,
         dtype="float32",
     )
-    # fork_rng keeps the caller's global RNG state untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = Lfm2VlForConditionalGeneration(config).eval()
-    # Only token ids: vLLM turns any sampling fields here into request defaults.
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS], eos_token_id=ids[IM_END], pad_token_id=ids[PAD]
+    model = seeded_model(lambda: Lfm2VlForConditionalGeneration(config))
+    save_model(
+        model, out_dir, bos_token_id=ids[BOS], eos_token_id=ids[IM_END], pad_token_id=ids[PAD]
     )
-    model.save_pretrained(out_dir)
     _rename_vision_weights(out_dir / "model.safetensors")
 
     image_processor = Lfm2VlImageProcessor(**IMAGE_PROCESSOR_KWARGS)
     processor = Lfm2VlProcessor(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
     )
-    processor.save_pretrained(out_dir)  # tokenizer files, chat_template.jinja, processor_config
-    _patch_tokenizer_files(out_dir, tokenizer, CHAT_TEMPLATE)
-    # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout);
-    # transformers 5 nests the same settings in processor_config.json.
-    _write_json(
-        out_dir / "preprocessor_config.json",
-        {**image_processor.to_dict(), "processor_class": "Lfm2VlProcessor"},
-    )
+    pre = {**image_processor.to_dict(), "processor_class": "Lfm2VlProcessor"}
+    save_processor(processor, tokenizer, out_dir, CHAT_TEMPLATE, pre)
     return out_dir
 
 

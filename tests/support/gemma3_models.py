@@ -104,7 +104,6 @@ PREPROCESSOR: dict[str, Any] = {
 }
 IMAGE_SEQ_LENGTH = 64  # released: 256; a perfect square whose side divides the 64x64 grid
 
-SEED = 1234
 _TEXT: dict[str, Any] = {
     "hidden_size": 128,
     "intermediate_size": 256,
@@ -145,12 +144,12 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
     preprocessor config, and with `weights` seeded random weights (a few MB)."""
     from transformers import Gemma3Config, Gemma3ImageProcessor, Gemma3Processor
 
-    from engine_server.tiny_models import _patch_tokenizer_files, _write_json
+    from engine_server.tiny_models import save_processor, token_ids
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    ids = token_ids(tokenizer, SPECIAL_TOKENS)
     config = Gemma3Config(
         text_config={
             **_TEXT,
@@ -184,13 +183,8 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         chat_template=CHAT_TEMPLATE,
         image_seq_length=IMAGE_SEQ_LENGTH,
     )
-    processor.save_pretrained(out_dir)  # tokenizer files, chat_template.jinja, processor_config
-    _patch_tokenizer_files(out_dir, tokenizer, CHAT_TEMPLATE)
-    # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout);
-    # transformers 5 nests the same settings in processor_config.json.
-    _write_json(
-        out_dir / "preprocessor_config.json", {**PREPROCESSOR, "image_seq_length": IMAGE_SEQ_LENGTH}
-    )
+    pre = {**PREPROCESSOR, "image_seq_length": IMAGE_SEQ_LENGTH}
+    save_processor(processor, tokenizer, out_dir, CHAT_TEMPLATE, pre)
     return out_dir
 
 
@@ -198,9 +192,9 @@ def _tokenizer() -> Any:
     from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
 
-    from engine_server.tiny_models import _base_tokenizer
+    from engine_server.tiny_models import base_tokenizer
 
-    tok = _base_tokenizer(SPECIAL_TOKENS)
+    tok = base_tokenizer(SPECIAL_TOKENS)
     # Single tokens as in Gemma's vocabulary; added (not learned) so the longest run wins.
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in NEWLINES])
     return PreTrainedTokenizerFast(
@@ -218,21 +212,26 @@ def _tokenizer() -> Any:
 
 def _save_weights(config: Any, ids: dict[str, int], out_dir: Path) -> None:
     import torch
-    from transformers import Gemma3ForConditionalGeneration, GenerationConfig
+    from transformers import Gemma3ForConditionalGeneration
 
-    # fork_rng keeps the caller's global RNG state untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = Gemma3ForConditionalGeneration(config).eval()
+    from engine_server.tiny_models import save_model, seeded_model
+
+    def with_projector() -> Any:
+        model = Gemma3ForConditionalGeneration(config)
         # transformers leaves the projection at zero: images would not change the answer.
         projector = model.model.multi_modal_projector.mm_input_projection_weight
         with torch.no_grad():
             projector.normal_(0.0, config.initializer_range)
-    # Only token ids: vLLM turns any sampling fields here into request defaults.
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS], eos_token_id=[ids[EOS], ids[END_OF_TURN]], pad_token_id=ids[PAD]
+        return model
+
+    model = seeded_model(with_projector)  # the projector's init drawn under the seed too
+    save_model(
+        model,
+        out_dir,
+        bos_token_id=ids[BOS],
+        eos_token_id=[ids[EOS], ids[END_OF_TURN]],
+        pad_token_id=ids[PAD],
     )
-    model.save_pretrained(out_dir)
     _rename_vision_weights(out_dir / "model.safetensors")
 
 

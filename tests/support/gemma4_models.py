@@ -143,7 +143,6 @@ IMAGE_PROCESSOR: dict[str, Any] = {
 }
 SOFT_TOKENS = IMAGE_PROCESSOR["max_soft_tokens"]
 
-SEED = 1234
 _TEXT: dict[str, Any] = {
     "hidden_size": 128,
     "intermediate_size": 256,
@@ -198,12 +197,12 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         Gemma4VideoProcessor,
     )
 
-    from engine_server.tiny_models import _patch_tokenizer_files
+    from engine_server.tiny_models import save_processor, token_ids
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    ids = token_ids(tokenizer, SPECIAL_TOKENS)
     vocab = len(tokenizer)
     config = Gemma4Config(
         text_config={
@@ -243,8 +242,7 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         chat_template=CHAT_TEMPLATE,
         image_seq_length=SOFT_TOKENS,
     )
-    processor.save_pretrained(out_dir)  # tokenizer files, chat_template.jinja, processor_config
-    _patch_tokenizer_files(out_dir, tokenizer, CHAT_TEMPLATE)
+    save_processor(processor, tokenizer, out_dir, CHAT_TEMPLATE)
     return out_dir
 
 
@@ -255,12 +253,10 @@ def _add_default_output_length(path: Path) -> None:
 
 
 def _tokenizer() -> Any:
-    from transformers import PreTrainedTokenizerFast
+    from engine_server.tiny_models import fast_tokenizer
 
-    from engine_server.tiny_models import _base_tokenizer
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
+    return fast_tokenizer(
+        SPECIAL_TOKENS,
         bos_token=BOS,
         eos_token=EOS,
         pad_token=PAD,
@@ -269,20 +265,19 @@ def _tokenizer() -> Any:
         extra_special_tokens={**MEDIA, **NAMED},
         chat_template=CHAT_TEMPLATE,
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
     )
 
 
 def _save_weights(config: Any, ids: dict[str, int], out_dir: Path) -> None:
-    import torch
-    from transformers import Gemma4ForConditionalGeneration, GenerationConfig
+    from transformers import Gemma4ForConditionalGeneration
 
-    # fork_rng keeps the caller's global RNG state untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = Gemma4ForConditionalGeneration(config).eval()
-    # Only token ids: vLLM turns any sampling fields here into request defaults.
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS], eos_token_id=[ids[EOS], ids[TURN_END]], pad_token_id=ids[PAD]
+    from engine_server.tiny_models import save_model, seeded_model
+
+    model = seeded_model(lambda: Gemma4ForConditionalGeneration(config))
+    save_model(
+        model,
+        out_dir,
+        bos_token_id=ids[BOS],
+        eos_token_id=[ids[EOS], ids[TURN_END]],
+        pad_token_id=ids[PAD],
     )
-    model.save_pretrained(out_dir)

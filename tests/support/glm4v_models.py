@@ -116,7 +116,6 @@ PROCESSOR_CLASSES = {
 # At most 64 merged patches an image (smart_resize bounds 2 x h x w: the temporal copy).
 TINY_PIXELS = {"shortest_edge": 12544, "longest_edge": 2 * 28 * 28 * 64}
 
-SEED = 1234
 _TEXT: dict[str, Any] = {
     "hidden_size": 128,
     "intermediate_size": 256,
@@ -167,12 +166,12 @@ def build_model(
     64 merged patches (else the released limits). The `glm46v` variant has no weights."""
     if variant not in VARIANTS:
         raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
-    from engine_server.tiny_models import _patch_tokenizer_files, _write_json
+    from engine_server.tiny_models import save_processor, token_ids
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer()
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    ids = token_ids(tokenizer, SPECIAL_TOKENS)
     config = _config(variant, tokenizer, ids)
     if weights and variant != "glm46v":
         _save_weights(config, variant, ids, out_dir)
@@ -187,25 +186,19 @@ def build_model(
         "processor_class": processor_class,
     }
     processor = _processor(processor_class, pre, tokenizer)
-    processor.save_pretrained(out_dir)  # tokenizer files, chat_template.jinja, processor_config
-    _patch_tokenizer_files(out_dir, tokenizer, CHAT_TEMPLATE)
-    # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout).
-    _write_json(out_dir / "preprocessor_config.json", pre)
+    save_processor(processor, tokenizer, out_dir, CHAT_TEMPLATE, pre)
     return out_dir
 
 
 def _tokenizer() -> Any:
-    from transformers import PreTrainedTokenizerFast
+    from engine_server.tiny_models import fast_tokenizer
 
-    from engine_server.tiny_models import _base_tokenizer
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
+    return fast_tokenizer(
+        SPECIAL_TOKENS,
         eos_token=ENDOFTEXT,
         pad_token=ENDOFTEXT,
         chat_template=CHAT_TEMPLATE,
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
     )
 
 
@@ -255,14 +248,11 @@ def _processor(processor_class: str, pre: dict[str, Any], tokenizer: Any) -> Any
 
 def _save_weights(config: Any, variant: str, ids: dict[str, int], out_dir: Path) -> None:
     import transformers
-    from transformers import GenerationConfig
 
-    from engine_server.tiny_models import _seeded_model
+    from engine_server.tiny_models import save_model, seeded_model
 
     cls = getattr(transformers, ARCHITECTURES[variant])
-    model = _seeded_model(lambda: cls(config))
-    # Only token ids: vLLM turns any sampling fields here into request defaults. As released,
-    # a turn ends at <|endoftext|>, <|user|> or <|observation|>.
+    model = seeded_model(lambda: cls(config))
+    # As released, a turn ends at <|endoftext|>, <|user|> or <|observation|>.
     eos = [ids[ENDOFTEXT], ids[USER], ids[OBSERVATION]]
-    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=ids[ENDOFTEXT])
-    model.save_pretrained(out_dir)
+    save_model(model, out_dir, eos_token_id=eos, pad_token_id=ids[ENDOFTEXT])

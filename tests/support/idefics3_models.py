@@ -124,7 +124,6 @@ VARIANTS = {v.model_type: v for v in (IDEFICS3, SMOLVLM)}
 TILE = IDEFICS3.tile
 IMAGE_SEQ_LEN = IDEFICS3.image_seq_len  # 169
 
-SEED = 1234
 _TEXT: dict[str, Any] = {
     "model_type": "llama",
     "hidden_size": 64,
@@ -155,19 +154,16 @@ def chat_template(variant: Variant) -> str:
 
 
 def _tokenizer(variant: Variant) -> Any:
-    from transformers import PreTrainedTokenizerFast
-
-    from engine_server.tiny_models import _base_tokenizer
+    from engine_server.tiny_models import fast_tokenizer
 
     extra = {"extra_special_tokens": dict(variant.named_tokens)} if variant.named_tokens else {}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer((*variant.text_specials, *IMAGE_SPECIALS)),
+    return fast_tokenizer(
+        (*variant.text_specials, *IMAGE_SPECIALS),
         bos_token=variant.bos,
         eos_token=END_OF_UTTERANCE,
         pad_token=variant.pad,
         chat_template=chat_template(variant),
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
         **extra,
     )
 
@@ -176,13 +172,13 @@ def build_model(
     out_dir: Path, weights: bool = True, resample: int = LANCZOS, variant: Variant = IDEFICS3
 ) -> Path:
     """Write a tiny model of `variant` (config, weights when `weights`, tokenizer, processor)."""
-    from engine_server.tiny_models import _patch_tokenizer_files, _write_json
+    from engine_server.tiny_models import save_processor, token_ids
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(variant)
     names = (variant.bos, variant.pad, IMAGE, END_OF_UTTERANCE)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in names}
+    ids = token_ids(tokenizer, names)
     text = {
         **_TEXT,
         "vocab_size": len(tokenizer),
@@ -218,14 +214,8 @@ def build_model(
         chat_template=chat_template(variant),
         **extra,
     )
-    processor.save_pretrained(out_dir)
-    _patch_tokenizer_files(out_dir, tokenizer, chat_template(variant))
-    # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout);
-    # transformers 5 nests the same settings in processor_config.json.
-    _write_json(
-        out_dir / "preprocessor_config.json",
-        {**image_processor.to_dict(), "processor_class": classes["processor"].__name__},
-    )
+    pre = {**image_processor.to_dict(), "processor_class": classes["processor"].__name__}
+    save_processor(processor, tokenizer, out_dir, chat_template(variant), pre)
     return out_dir
 
 
@@ -264,17 +254,13 @@ def _classes(variant: Variant) -> dict[str, Any]:
 def _save_weights(
     model_class: Any, config: Any, ids: dict[str, int], variant: Variant, out_dir: Path
 ) -> None:
-    import torch
-    from transformers import GenerationConfig
+    from engine_server.tiny_models import save_model, seeded_model
 
-    # fork_rng keeps the caller's global RNG state untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = model_class(config).eval()
-    # Only token ids: vLLM turns any sampling fields here into request defaults.
-    model.generation_config = GenerationConfig(
+    model = seeded_model(lambda: model_class(config))
+    save_model(
+        model,
+        out_dir,
         bos_token_id=ids[variant.bos],
         eos_token_id=ids[END_OF_UTTERANCE],
         pad_token_id=ids[variant.pad],
     )
-    model.save_pretrained(out_dir)

@@ -95,7 +95,6 @@ PATCH = 14
 DOWNSAMPLE_RATIO = 0.5
 IMAGE_SEQ_LENGTH = int((TILE // PATCH) ** 2 * DOWNSAMPLE_RATIO**2)  # 256 tokens per tile
 
-SEED = 1234
 _TEXT: dict[str, Any] = {
     "model_type": "qwen2",
     "hidden_size": 128,
@@ -143,23 +142,21 @@ def build_model(out_dir: Path, weights: bool = True, crop_to_patches: bool = Fal
         InternVLConfig,
         InternVLProcessor,
         InternVLVideoProcessor,
-        PreTrainedTokenizerFast,
     )
 
-    from engine_server.tiny_models import _base_tokenizer, _patch_tokenizer_files, _write_json
+    from engine_server.tiny_models import fast_tokenizer, save_processor, token_ids
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
+    tokenizer = fast_tokenizer(
+        SPECIAL_TOKENS,
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
         extra_special_tokens=EXTRA_SPECIAL_TOKENS,
         chat_template=CHAT_TEMPLATE,
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
     )
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (ENDOFTEXT, IM_END, IMG_CONTEXT)}
+    ids = token_ids(tokenizer, (ENDOFTEXT, IM_END, IMG_CONTEXT))
     text = {
         **_TEXT,
         "vocab_size": len(tokenizer),
@@ -194,12 +191,8 @@ def build_model(out_dir: Path, weights: bool = True, crop_to_patches: bool = Fal
         image_seq_length=IMAGE_SEQ_LENGTH,
         chat_template=CHAT_TEMPLATE,
     )
-    processor.save_pretrained(out_dir)  # tokenizer files, chat_template.jinja, processor_config
-    _patch_tokenizer_files(out_dir, tokenizer, CHAT_TEMPLATE)
+    save_processor(processor, tokenizer, out_dir, CHAT_TEMPLATE, preprocessor)
     _released_tokenizer_layout(out_dir / "tokenizer_config.json")
-    # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout);
-    # transformers 5 nests the same settings in processor_config.json.
-    _write_json(out_dir / "preprocessor_config.json", preprocessor)
     return out_dir
 
 
@@ -208,18 +201,18 @@ _NOT_KWARGS = ("image_processor_type", "processor_class", "return_tensors", "dev
 
 
 def _save_weights(config: Any, ids: dict[str, int], out_dir: Path) -> None:
-    import torch
-    from transformers import GenerationConfig, InternVLForConditionalGeneration
+    from transformers import InternVLForConditionalGeneration
 
-    # fork_rng keeps the caller's global RNG state untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = InternVLForConditionalGeneration(config).eval()
-    # Only token ids: vLLM turns any sampling fields here into request defaults.
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[ENDOFTEXT], eos_token_id=ids[IM_END], pad_token_id=ids[ENDOFTEXT]
+    from engine_server.tiny_models import save_model, seeded_model
+
+    model = seeded_model(lambda: InternVLForConditionalGeneration(config))
+    save_model(
+        model,
+        out_dir,
+        bos_token_id=ids[ENDOFTEXT],
+        eos_token_id=ids[IM_END],
+        pad_token_id=ids[ENDOFTEXT],
     )
-    model.save_pretrained(out_dir)
     _released_weight_names(out_dir / "model.safetensors")
 
 

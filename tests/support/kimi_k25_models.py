@@ -129,7 +129,6 @@ MEDIA_PROC_CFG: dict[str, Any] = {
 }
 TINY_PATCHES = 256  # in_patch_limit (and per video frame) of the `tiny` model: <= ~64 tokens
 
-SEED = 1234
 _TEXT: dict[str, Any] = {
     "model_type": "deepseek_v3",  # the released "kimi_k2", which transformers reads as this
     "hidden_size": 128,
@@ -179,12 +178,12 @@ def build_model(out_dir: Path, weights: bool = True, tiny: bool = True) -> Path:
     weights (a few MB)."""
     from transformers import Kimi_K25Config
 
-    from engine_server.tiny_models import _ids, _patch_tokenizer_files, _write_json
+    from engine_server.tiny_models import save_tokenizer, token_ids, write_json
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer()
-    ids = _ids(tokenizer, SPECIAL_TOKENS)
+    ids = token_ids(tokenizer, SPECIAL_TOKENS)
     text = {
         **_TEXT,
         "vocab_size": len(tokenizer),
@@ -209,34 +208,30 @@ def build_model(out_dir: Path, weights: bool = True, tiny: bool = True) -> Path:
     config.save_pretrained(out_dir)
     if weights:
         _save_weights(config, out_dir)
-        _write_json(
+        write_json(
             out_dir / "generation_config.json",
             {"bos_token_id": ids[BOS], "eos_token_id": ids[IM_END], "pad_token_id": ids[PAD]},
         )
-    tokenizer.save_pretrained(out_dir)
-    _patch_tokenizer_files(out_dir, tokenizer, CHAT_TEMPLATE)
+    save_tokenizer(tokenizer, out_dir, CHAT_TEMPLATE)
     (out_dir / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     media = dict(MEDIA_PROC_CFG)
     if tiny:
         media.update(in_patch_limit=TINY_PATCHES, in_patch_limit_each_frame=TINY_PATCHES)
-    _write_json(out_dir / "preprocessor_config.json", {"media_proc_cfg": media})
+    write_json(out_dir / "preprocessor_config.json", {"media_proc_cfg": media})
     return out_dir
 
 
 def _tokenizer() -> Any:
-    from transformers import PreTrainedTokenizerFast
+    from engine_server.tiny_models import fast_tokenizer
 
-    from engine_server.tiny_models import _base_tokenizer
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
+    return fast_tokenizer(
+        SPECIAL_TOKENS,
         bos_token=BOS,
         eos_token=EOS,
         pad_token=PAD,
         unk_token=UNK,
         chat_template=CHAT_TEMPLATE,
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
     )
 
 
@@ -249,6 +244,9 @@ def _save_weights(config: Any, out_dir: Path) -> None:
     from safetensors.torch import save_file
     from transformers import DeepseekV3ForCausalLM
 
+    from engine_server.tiny_models import SEED
+
+    # Decoder and vision weights drawn in one seeded stream; the caller's RNG state is kept.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         decoder = DeepseekV3ForCausalLM(config.text_config)

@@ -83,7 +83,6 @@ PREPROCESSOR: dict[str, Any] = {
     "size": {"height": 336, "width": 336},
 }
 
-SEED = 1234
 _TEXT: dict[str, Any] = {
     "hidden_size": 128,
     "intermediate_size": 128,  # each expert's (and the shared expert's)
@@ -145,24 +144,22 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         Llama4Config,
         Llama4ImageProcessor,
         Llama4Processor,
-        PreTrainedTokenizerFast,
     )
 
-    from engine_server.tiny_models import _base_tokenizer, _patch_tokenizer_files, _write_json
+    from engine_server.tiny_models import fast_tokenizer, save_processor, token_ids
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     template = chat_template()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
+    tokenizer = fast_tokenizer(
+        SPECIAL_TOKENS,
         bos_token=BOS,
         eos_token=EOT,
         pad_token=PAD,
         chat_template=template,
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
     )
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    ids = token_ids(tokenizer, SPECIAL_TOKENS)
     eos = [ids[END_OF_TEXT], ids[EOM], ids[EOT]]  # as released: any of the three ends a turn
     text = {
         **_TEXT,
@@ -197,11 +194,7 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         pixel_shuffle_ratio=_VISION["pixel_shuffle_ratio"],
         chat_template=template,
     )
-    processor.save_pretrained(out_dir)  # tokenizer files, chat_template.jinja, processor_config
-    _patch_tokenizer_files(out_dir, tokenizer, template)
-    # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout);
-    # transformers 5 nests the same settings in processor_config.json.
-    _write_json(out_dir / "preprocessor_config.json", PREPROCESSOR)
+    save_processor(processor, tokenizer, out_dir, template, PREPROCESSOR)
     return out_dir
 
 
@@ -210,15 +203,9 @@ _NOT_KWARGS = ("image_processor_type", "processor_class")
 
 
 def _save_weights(config: Any, out_dir: Path, eos: list[int], ids: dict[str, int]) -> None:
-    import torch
-    from transformers import GenerationConfig, Llama4ForConditionalGeneration
+    from transformers import Llama4ForConditionalGeneration
 
-    # fork_rng keeps the caller's global RNG state untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = Llama4ForConditionalGeneration(config).eval()
-    # Only token ids: vLLM turns any sampling fields here into request defaults.
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS], eos_token_id=eos, pad_token_id=ids[PAD]
-    )
-    model.save_pretrained(out_dir)
+    from engine_server.tiny_models import save_model, seeded_model
+
+    model = seeded_model(lambda: Llama4ForConditionalGeneration(config))
+    save_model(model, out_dir, bos_token_id=ids[BOS], eos_token_id=eos, pad_token_id=ids[PAD])

@@ -27,19 +27,17 @@ def build_model(out_dir, kind: str, pinpoints=NEXT_PINPOINTS):
         LlavaNextImageProcessor,
         LlavaNextProcessor,
         LlavaProcessor,
-        PreTrainedTokenizerFast,
         Qwen2Config,
     )
 
-    from engine_server.tiny_models import _base_tokenizer
+    from engine_server.tiny_models import fast_tokenizer
 
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(("<s>", "</s>", "<pad>", IMAGE)),
+    tokenizer = fast_tokenizer(
+        ("<s>", "</s>", "<pad>", IMAGE),
         bos_token="<s>",
         eos_token="</s>",
         pad_token="<pad>",
         chat_template=CHAT_TEMPLATE,
-        clean_up_tokenization_spaces=False,
     )
     image_token = tokenizer.convert_tokens_to_ids(IMAGE)
     vision = CLIPVisionConfig(

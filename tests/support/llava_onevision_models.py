@@ -58,7 +58,6 @@ IMAGE_PROCESSOR_KWARGS: dict[str, Any] = {
     "size": {"height": 384, "width": 384},
 }
 
-SEED = 1234
 # head_dim 32 in both towers (vLLM's CPU attention needs 32/64/80/...).
 _TEXT: dict[str, Any] = {
     "model_type": "qwen2",
@@ -94,22 +93,20 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         LlavaOnevisionImageProcessor,
         LlavaOnevisionProcessor,
         LlavaOnevisionVideoProcessor,
-        PreTrainedTokenizerFast,
     )
 
-    from engine_server.tiny_models import _base_tokenizer, _patch_tokenizer_files, _write_json
+    from engine_server.tiny_models import fast_tokenizer, save_processor, token_ids
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
+    tokenizer = fast_tokenizer(
+        SPECIAL_TOKENS,
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
         chat_template=CHAT_TEMPLATE,
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
     )
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    ids = token_ids(tokenizer, SPECIAL_TOKENS)
     text = {
         **_TEXT,
         "vocab_size": len(tokenizer),
@@ -143,30 +140,18 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         vision_aspect_ratio="anyres_max_9",
         chat_template=CHAT_TEMPLATE,
     )
-    processor.save_pretrained(out_dir)  # tokenizer files, chat template, processor_config
-    _patch_tokenizer_files(out_dir, tokenizer, CHAT_TEMPLATE)
-    # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout);
-    # transformers 5 nests the same settings in processor_config.json.
-    _write_json(
-        out_dir / "preprocessor_config.json",
-        {**image_processor.to_dict(), "processor_class": "LlavaOnevisionProcessor"},
-    )
+    pre = {**image_processor.to_dict(), "processor_class": "LlavaOnevisionProcessor"}
+    save_processor(processor, tokenizer, out_dir, CHAT_TEMPLATE, pre)
     return out_dir
 
 
 def _save_weights(config: Any, ids: dict[str, int], out_dir: Path) -> None:
-    import torch
-    from transformers import GenerationConfig, LlavaOnevisionForConditionalGeneration
+    from transformers import LlavaOnevisionForConditionalGeneration
 
-    # fork_rng keeps the caller's global RNG state untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = LlavaOnevisionForConditionalGeneration(config).eval()
-    # Only token ids: vLLM turns any sampling fields here into request defaults.
-    model.generation_config = GenerationConfig(
-        eos_token_id=ids[IM_END], pad_token_id=ids[ENDOFTEXT]
-    )
-    model.save_pretrained(out_dir)
+    from engine_server.tiny_models import save_model, seeded_model
+
+    model = seeded_model(lambda: LlavaOnevisionForConditionalGeneration(config))
+    save_model(model, out_dir, eos_token_id=ids[IM_END], pad_token_id=ids[ENDOFTEXT])
     _rename_vision_weights(out_dir / "model.safetensors")
 
 

@@ -180,7 +180,6 @@ PIXTRAL_PREPROCESSOR: dict[str, Any] = {
 # reads): the pixels of one token are patch_size x spatial_merge_size.
 PROCESSOR = {"mistral3": {"patch_size": 14, "spatial_merge_size": 2}, "pixtral": {"patch_size": 16}}
 
-SEED = 1234
 # head_dim 32 (vLLM's CPU attention needs 32/64/80/...).
 _TEXT: dict[str, Any] = {
     "model_type": "mistral",
@@ -220,26 +219,25 @@ _VISION_DIMS: dict[str, Any] = {
 def build_model(out_dir: Path, weights: bool = True, kind: str = "mistral3") -> Path:
     """Write a tiny model of `kind` (configs, tokenizer, processor, and weights if `weights`;
     the Pixtral-HF kind has none)."""
-    from transformers import PixtralImageProcessor, PixtralProcessor, PreTrainedTokenizerFast
+    from transformers import PixtralImageProcessor, PixtralProcessor
 
-    from engine_server.tiny_models import _base_tokenizer, _patch_tokenizer_files, _write_json
+    from engine_server.tiny_models import fast_tokenizer, save_processor, token_ids
 
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} is not one of {KINDS}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     template = MISTRAL3_CHAT_TEMPLATE if kind == "mistral3" else PIXTRAL_CHAT_TEMPLATE
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=_base_tokenizer(SPECIAL_TOKENS),
+    tokenizer = fast_tokenizer(
+        SPECIAL_TOKENS,
         bos_token=BOS,
         eos_token=EOS,
         unk_token=UNK,
         pad_token=PAD,
         chat_template=template,
         model_max_length=_TEXT["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
     )
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS, EOS, PAD, IMAGE)}
+    ids = token_ids(tokenizer, (BOS, EOS, PAD, IMAGE))
     config = _config(kind, len(tokenizer), ids)
     if weights and kind == "mistral3":
         _save_weights(config, out_dir, ids)
@@ -256,11 +254,7 @@ def build_model(out_dir: Path, weights: bool = True, kind: str = "mistral3") -> 
         chat_template=template,
         **PROCESSOR[kind],
     )
-    processor.save_pretrained(out_dir)  # tokenizer files, chat_template.jinja, processor_config
-    _patch_tokenizer_files(out_dir, tokenizer, template)
-    # Released checkpoints ship the flat preprocessor_config.json (transformers 4.x layout);
-    # transformers 5 nests the same settings in processor_config.json.
-    _write_json(out_dir / "preprocessor_config.json", preprocessor)
+    save_processor(processor, tokenizer, out_dir, template, preprocessor)
     return out_dir
 
 
@@ -311,15 +305,9 @@ def _config(kind: str, vocab_size: int, ids: dict[str, int]) -> Any:
 
 
 def _save_weights(config: Any, out_dir: Path, ids: dict[str, int]) -> None:
-    import torch
-    from transformers import GenerationConfig, Mistral3ForConditionalGeneration
+    from transformers import Mistral3ForConditionalGeneration
 
-    # fork_rng keeps the caller's global RNG state untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        model = Mistral3ForConditionalGeneration(config).eval()
-    # Only token ids: vLLM turns any sampling fields here into request defaults.
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS], eos_token_id=ids[EOS], pad_token_id=ids[PAD]
-    )
-    model.save_pretrained(out_dir)
+    from engine_server.tiny_models import save_model, seeded_model
+
+    model = seeded_model(lambda: Mistral3ForConditionalGeneration(config))
+    save_model(model, out_dir, bos_token_id=ids[BOS], eos_token_id=ids[EOS], pad_token_id=ids[PAD])

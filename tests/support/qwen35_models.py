@@ -64,9 +64,9 @@ TINY_PIXELS = {"shortest_edge": 32 * 32 * 4, "longest_edge": 32 * 32 * 64}
 
 
 def _configs(tokenizer, moe: bool) -> dict:
-    ids = tm._ids(tokenizer, tm.QWEN_SPECIAL_TOKENS)
+    ids = tm.token_ids(tokenizer, tm.QWEN_SPECIAL_TOKENS)
     text = {
-        **tm._text_config_kwargs(tokenizer),
+        **tm.text_config_kwargs(tokenizer),
         "hidden_size": 128,
         "intermediate_size": 256,
         "num_hidden_layers": 2,
@@ -128,18 +128,18 @@ def build_model(out_dir: Path, weights: bool = True, moe: bool = False, tiny: bo
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = tm._qwen_tokenizer(CHAT_TEMPLATE)
+    tokenizer = tm.qwen_tokenizer(CHAT_TEMPLATE)
     config = (Qwen3_5MoeConfig if moe else Qwen3_5Config)(**_configs(tokenizer, moe))
     config.dtype = "bfloat16"
     if weights:
         from transformers import Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration
 
         cls = Qwen3_5MoeForConditionalGeneration if moe else Qwen3_5ForConditionalGeneration
-        model = tm._seeded_model(lambda: cls(config))
-        tm._save_decoder(model, tokenizer, out_dir, CHAT_TEMPLATE)
+        model = tm.seeded_model(lambda: cls(config))
+        tm.save_decoder(model, tokenizer, out_dir, CHAT_TEMPLATE)
     else:
         config.save_pretrained(out_dir)
-        tm._save_tokenizer(tokenizer, out_dir, CHAT_TEMPLATE)
+        tm.save_tokenizer(tokenizer, out_dir, CHAT_TEMPLATE)
     size = TINY_PIXELS if tiny else PREPROCESSOR["size"]
     pre = {**PREPROCESSOR, "size": size}
     (out_dir / "preprocessor_config.json").write_text(json.dumps(pre, indent=2) + "\n")

@@ -120,11 +120,11 @@ def build_model(out_dir: Path) -> Path:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = tm._qwen_tokenizer(CHAT_TEMPLATE)
+    tokenizer = tm.qwen_tokenizer(CHAT_TEMPLATE)
     tokenizer.add_tokens([AddedToken(m, special=False, normalized=False) for m in MARKERS])
     config = Qwen3Config(
-        **tm._text_config_kwargs(tokenizer), head_dim=32, tie_word_embeddings=True, dtype="float32"
+        **tm.text_config_kwargs(tokenizer), head_dim=32, tie_word_embeddings=True, dtype="float32"
     )
-    model = tm._seeded_model(lambda: Qwen3ForCausalLM(config))
-    tm._save_decoder(model, tokenizer, out_dir, CHAT_TEMPLATE)
+    model = tm.seeded_model(lambda: Qwen3ForCausalLM(config))
+    tm.save_decoder(model, tokenizer, out_dir, CHAT_TEMPLATE)
     return out_dir

@@ -156,9 +156,9 @@ def marker_bias(markers: tuple[str, ...] = MARKERS) -> dict[str, float]:
     """A strong bias towards the marker tokens. A grammar lets the model spell a marker in
     pieces, which a trained model does not do; vLLM's streamed reasoning parser then reads no
     marker (it goes by token id) while its whole-reply one does (by text)."""
-    from engine_server.tiny_models import _qwen_tokenizer
+    from engine_server.tiny_models import qwen_tokenizer
 
-    base = _qwen_tokenizer(CHAT_TEMPLATE)
+    base = qwen_tokenizer(CHAT_TEMPLATE)
     first = len(base)  # the markers are added after the tiny tokenizer's vocabulary
     return {str(first + MARKERS.index(m)): 30.0 for m in markers}
 

@@ -33,9 +33,9 @@ def tokenizer(markers: tuple[str, ...] = MARKERS, special: tuple[str, ...] = ())
     single special tokens (a parser family passes its own marker strings)."""
     from tokenizers import AddedToken
 
-    from engine_server.tiny_models import QWEN2_CHAT_TEMPLATE, _qwen_tokenizer
+    from engine_server.tiny_models import QWEN2_CHAT_TEMPLATE, qwen_tokenizer
 
-    tok = _qwen_tokenizer(QWEN2_CHAT_TEMPLATE)
+    tok = qwen_tokenizer(QWEN2_CHAT_TEMPLATE)
     tok.add_tokens([AddedToken(m, special=False, normalized=False) for m in markers])
     if special:
         tok.add_special_tokens({"additional_special_tokens": list(special)})
