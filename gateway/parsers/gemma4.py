@@ -40,16 +40,13 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.parsers.base import DeltaMessage, ParserContext
-from gateway.parsers.marker_engine import (
-    Engine,
+from gateway.parsers.marker_engine.adapters import (
     EngineReasoningParser,
     EngineToolParser,
-    Ev,
-    Event,
-    Grammar,
-    State,
     suppresses_calls,
 )
+from gateway.parsers.marker_engine.engine import Engine
+from gateway.parsers.marker_engine.grammar import Ev, Event, Grammar, State
 
 CHANNEL_START = "<|channel>"
 CHANNEL_END = "<channel|>"

@@ -52,16 +52,13 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.parsers.base import DeltaToolCall, ParserContext
-from gateway.parsers.marker_engine import (
-    Engine,
+from gateway.parsers.marker_engine.adapters import (
     EngineReasoningParser,
     EngineToolParser,
-    Ev,
-    Event,
-    Grammar,
-    State,
     suppresses_calls,
 )
+from gateway.parsers.marker_engine.engine import Engine
+from gateway.parsers.marker_engine.grammar import Ev, Event, Grammar, State
 from gateway.parsers.tool_constraints import (
     STRICT_FUNCTION,
     ToolChoice,
