@@ -10,17 +10,12 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.api.chat_messages import VLLM_NULLS, delta_json, merged, tool_call_json
-from gateway.api.chat_parsing import (
-    ChatParsing,
-    ChoiceParser,
-    ParsingConfig,
-    TokenizerVocab,
-    grammar_from_first_token,
-    plan_parsing,
-)
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
 from gateway.errors import GatewayError, check_model, parse_body
+from gateway.parsers.config import ParsingConfig, TokenizerVocab
+from gateway.parsers.delegating import ChatParsing, ChoiceParser
+from gateway.parsers.request_adjust import grammar_from_first_token, plan_parsing
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.server import tracing

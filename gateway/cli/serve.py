@@ -245,8 +245,8 @@ def _positive(text: str) -> int:
 def main(argv: list[str]) -> int:
     import uvicorn
 
-    from gateway.api.chat_parsing import ParsingConfig
     from gateway.errors import MmgateError
+    from gateway.parsers.config import ParsingConfig
     from gateway.render.templates import read_chat_template_arg
     from gateway.render.worker_media import mm_processing_mode
     from gateway.server.app import create_app
