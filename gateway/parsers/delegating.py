@@ -21,7 +21,7 @@ from gateway.parsers.base import (
 )
 from gateway.parsers.config import ParsingConfig, TokenizerVocab
 from gateway.parsers.forced_calls import NamedCallParser, RequiredCallsParser
-from gateway.parsers.gptoss_harmony import GptOssReasoningParser
+from gateway.parsers.gptoss_reasoning import GptOssReasoningParser
 from gateway.parsers.registry import reasoning_parser, tool_parser
 from gateway.parsers.tool_constraints import named_tool
 
