@@ -11,14 +11,6 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.api import kv_transfer
 from gateway.api.chat_messages import VLLM_NULLS, delta_json, merged, tool_call_json
-from gateway.api.chat_parsing import (
-    ChatParsing,
-    ChoiceParser,
-    ParsingConfig,
-    TokenizerVocab,
-    grammar_from_first_token,
-    plan_parsing,
-)
 from gateway.api.kv_transfer import check_token_ids
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
@@ -26,6 +18,9 @@ from gateway.errors import GatewayError, check_model, parse_body
 from gateway.observability import tracing
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_log import engine_request_id
+from gateway.parsers.config import ParsingConfig, TokenizerVocab
+from gateway.parsers.delegating import ChatParsing, ChoiceParser
+from gateway.parsers.request_adjust import grammar_from_first_token, plan_parsing
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.stream import sse

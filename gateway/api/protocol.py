@@ -267,6 +267,28 @@ class ChatCompletionRequest(ChatPromptFields, SamplingFields):
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    def output_constraint(self) -> dict[str, Any] | None:
+        """The request's own constraint with vLLM's field names (response_format folded in)."""
+        fmt = self.response_format
+        if fmt is not None and fmt.type == "json_object":
+            return {"json_object": True}
+        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
+            return {"json": fmt.json_schema.json_schema}
+        so = self.structured_outputs
+        if so is None:
+            return None
+        return {
+            ("json" if k == "json_" else k): v
+            for k, v in so.model_dump(exclude_none=True).items()
+            if v is not False
+        }
+
+    def replace_output_constraint(self, structured_outputs: dict[str, Any]) -> None:
+        """Hold the output to ``structured_outputs`` (vLLM's names; the parsers' tool-call
+        grammar) instead of the request's own constraint."""
+        self.structured_outputs = StructuredOutputs.model_validate(structured_outputs)
+        self.response_format = None
+
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]

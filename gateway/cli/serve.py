@@ -245,9 +245,9 @@ def _positive(text: str) -> int:
 def main(argv: list[str]) -> int:
     import uvicorn
 
-    from gateway.api.chat_parsing import ParsingConfig
     from gateway.errors import MmgateError
     from gateway.observability.request_log import configure_logging
+    from gateway.parsers.config import ParsingConfig
     from gateway.render.templates import read_chat_template_arg
     from gateway.render.worker_media import mm_processing_mode
     from gateway.server.app import create_app

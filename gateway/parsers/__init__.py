@@ -2,6 +2,12 @@
 
 Look a parser up by vLLM's name (``reasoning_parser("qwen3")``, ``tool_parser("hermes")``), one
 instance per generated sequence; ``extract`` splits a whole output, ``feed``/``finish`` stream it.
+
+Modules: ``<family>_tool`` / ``<family>_reasoning`` per model family (a grammar both of a family's
+parsers run on lives in its ``_tool`` module; gpt-oss's harmony reader in ``gptoss_reasoning``,
+whose content ``openai`` reads); ``marker_engine/`` the engine most families run on;
+``delegating``, ``request_adjust`` and ``config`` a chat request's parsing as vLLM's server
+runs it.
 """
 
 from gateway.parsers.base import (

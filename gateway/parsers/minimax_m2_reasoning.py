@@ -25,7 +25,9 @@ import functools
 from collections.abc import Collection
 
 from gateway.parsers.base import ParserContext
-from gateway.parsers.marker_engine import Engine, EngineReasoningParser, Ev, Grammar, State
+from gateway.parsers.marker_engine.adapters import EngineReasoningParser
+from gateway.parsers.marker_engine.engine import Engine
+from gateway.parsers.marker_engine.grammar import Ev, Grammar, State
 
 THINK_START = "<think>"
 THINK_END = "</think>"

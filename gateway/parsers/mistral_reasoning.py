@@ -4,7 +4,8 @@
 
 Reasoning is ``[THINK]...[/THINK]`` (Magistral; special tokens in the vocabulary). The engine is
 ``gateway.parsers.mistral_tool.MistralEngine`` served as a reasoning parser
-(``marker_engine.EngineReasoningParser``, tool parsing off, as ``DelegatingParser`` runs it):
+(``marker_engine.adapters.EngineReasoningParser``, tool parsing off, as ``DelegatingParser``
+runs it):
 
 - Output starts as content; ``[THINK]`` opens reasoning (a repeated one is dropped),
   ``[/THINK]`` closes it; ``[TOOL_CALLS]`` also ends it and stays in the content for the tool
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from gateway.parsers.base import ParserContext
-from gateway.parsers.marker_engine import EngineReasoningParser
+from gateway.parsers.marker_engine.adapters import EngineReasoningParser
 from gateway.parsers.mistral_tool import THINK_END, THINK_START, TOOL_CALLS, MistralEngine
 
 

@@ -51,15 +51,10 @@ from gateway.parsers.base import (
     ToolCallResult,
     ToolParser,
 )
-from gateway.parsers.marker_engine import (
-    Engine,
-    EngineToolParser,
-    Ev,
-    Grammar,
-    Slot,
-    State,
-    suppresses_calls,
-)
+from gateway.parsers.marker_engine.adapters import EngineToolParser, suppresses_calls
+from gateway.parsers.marker_engine.call_pieces import Slot
+from gateway.parsers.marker_engine.engine import Engine
+from gateway.parsers.marker_engine.grammar import Ev, Grammar, State
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"

@@ -45,14 +45,9 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.parsers.base import ParserContext
-from gateway.parsers.marker_engine import (
-    Engine,
-    EngineToolParser,
-    Ev,
-    Grammar,
-    State,
-    suppresses_calls,
-)
+from gateway.parsers.marker_engine.adapters import EngineToolParser, suppresses_calls
+from gateway.parsers.marker_engine.engine import Engine
+from gateway.parsers.marker_engine.grammar import Ev, Grammar, State
 from gateway.parsers.tool_constraints import (
     ToolChoice,
     arguments_schema,

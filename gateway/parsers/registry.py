@@ -11,11 +11,15 @@ from gateway.parsers.base import ParserContext, ReasoningParser, ToolParser
 from gateway.parsers.deepseek_r1_reasoning import DeepSeekR1ReasoningParser
 from gateway.parsers.deepseek_v3_reasoning import DeepSeekV3ReasoningParser
 from gateway.parsers.deepseek_v31_tool import DeepSeekV31ToolParser
-from gateway.parsers.gemma4 import Gemma4ReasoningParser, Gemma4ToolParser
-from gateway.parsers.glm45 import Glm45ReasoningParser, Glm45ToolParser
-from gateway.parsers.gptoss_harmony import GptOssReasoningParser, GptOssToolParser
+from gateway.parsers.gemma4_reasoning import Gemma4ReasoningParser
+from gateway.parsers.gemma4_tool import Gemma4ToolParser
+from gateway.parsers.glm45_reasoning import Glm45ReasoningParser
+from gateway.parsers.glm45_tool import Glm45ToolParser
+from gateway.parsers.gptoss_reasoning import GptOssReasoningParser
+from gateway.parsers.gptoss_tool import GptOssToolParser
 from gateway.parsers.hermes_tool import HermesToolParser
-from gateway.parsers.kimi_k2 import KimiK2ReasoningParser, KimiK2ToolParser
+from gateway.parsers.kimi_k2_reasoning import KimiK2ReasoningParser
+from gateway.parsers.kimi_k2_tool import KimiK2ToolParser
 from gateway.parsers.llama3_json_tool import Llama3JsonToolParser
 from gateway.parsers.minimax_m2_reasoning import MiniMaxM2ReasoningParser
 from gateway.parsers.mistral_reasoning import MistralReasoningParser

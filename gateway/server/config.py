@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.api.chat_parsing import ParsingConfig
+from gateway.parsers.config import ParsingConfig
 from gateway.render.worker_media import MmProcessing
 from gateway.server.limits import RequestLimits
 from gateway.workers.pool import PoolOptions

@@ -14,12 +14,8 @@ from gateway.parsers import (
     reasoning_parser,
     tool_parser,
 )
-from gateway.parsers.gemma4 import (
-    MARKERS,
-    Gemma4ReasoningParser,
-    Gemma4ToolParser,
-    gemma4_arg_converter,
-)
+from gateway.parsers.gemma4_reasoning import Gemma4ReasoningParser
+from gateway.parsers.gemma4_tool import MARKERS, Gemma4ToolParser, gemma4_arg_converter
 from tests.unit.gateway.parsers.vllm_reference import (
     TOOL_ID_RE,
     TOOLS,

@@ -16,7 +16,8 @@ from gateway.parsers import (
     reasoning_parser,
     tool_parser,
 )
-from gateway.parsers.glm45 import Glm45ReasoningParser, Glm45ToolParser
+from gateway.parsers.glm45_reasoning import Glm45ReasoningParser
+from gateway.parsers.glm45_tool import Glm45ToolParser
 from tests.unit.gateway.parsers.test_qwen3_coder_parsers import TOOLS, ids_misaligned
 from tests.unit.gateway.parsers.vllm_reference import (
     TOOL_ID_RE,

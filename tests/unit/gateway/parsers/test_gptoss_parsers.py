@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from gateway.parsers import ReasoningResult, reasoning_parser, tool_parser
-from gateway.parsers.gptoss_harmony import GptOssReasoningParser, GptOssToolParser
+from gateway.parsers.gptoss_reasoning import GptOssReasoningParser
+from gateway.parsers.gptoss_tool import GptOssToolParser
 from tests.unit.gateway.parsers.vllm_reference import TOOL_ID_RE, TOOLS, Assembled, token_deltas
 
 Calls = list[tuple[str, str]]

@@ -13,7 +13,8 @@ from gateway.parsers import (
     reasoning_parser,
     tool_parser,
 )
-from gateway.parsers.kimi_k2 import MARKERS, KimiK2ReasoningParser, KimiK2ToolParser
+from gateway.parsers.kimi_k2_reasoning import KimiK2ReasoningParser
+from gateway.parsers.kimi_k2_tool import MARKERS, KimiK2ToolParser
 from tests.unit.gateway.parsers.vllm_reference import (
     TOOL_ID_RE,
     TOOLS,

@@ -118,7 +118,10 @@ NATIVE_PARSERS = [
 @functools.cache
 def _tokenizer() -> Any:
     """One tokenizer with every family's markers (the parsers' constructors look them up)."""
-    from gateway.parsers import deepseek_v31_tool, gemma4, glm45, kimi_k2
+    from gateway.parsers import deepseek_v31_tool
+    from gateway.parsers import gemma4_tool as gemma4
+    from gateway.parsers import glm45_tool as glm45
+    from gateway.parsers import kimi_k2_tool as kimi_k2
 
     markers = ("<|python_tag|>", *deepseek_v31_tool.MARKERS, *kimi_k2.MARKERS, *gemma4.MARKERS)
     markers += (glm45.TOOL_CALL_START, "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>")

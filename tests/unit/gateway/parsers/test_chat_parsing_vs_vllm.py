@@ -1,6 +1,6 @@
-"""The chat service's parser orchestration (``gateway.api.chat_parsing``) against vLLM 0.32's
-server, per deployment (reasoning parser, tool parser) and request (tool_choice, include_reasoning,
-parallel_tool_calls, chat_template_kwargs).
+"""The chat service's parser orchestration (``gateway.parsers.delegating`` and
+``request_adjust``) against vLLM 0.32's server, per deployment (reasoning parser, tool parser)
+and request (tool_choice, include_reasoning, parallel_tool_calls, chat_template_kwargs).
 
 The reference is what ``vllm/entrypoints/openai/chat_completion/serving.py`` does: the parser class
 from ``ParserManager.get_parser``, ``adjust_request`` on the request, a parser per choice built
@@ -29,14 +29,10 @@ from typing import Any
 
 import pytest
 
-from gateway.api.chat_parsing import (
-    ParsingConfig,
-    TokenizerVocab,
-    grammar_from_first_token,
-    plan_parsing,
-)
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.errors import GatewayError, parse_body
+from gateway.parsers.config import ParsingConfig, TokenizerVocab
+from gateway.parsers.request_adjust import grammar_from_first_token, plan_parsing
 from tests.unit.gateway.parsers import test_deepseek_v3_parsers as dsv3
 from tests.unit.gateway.parsers import test_forced_calls as forced
 from tests.unit.gateway.parsers import test_gemma4_parsers as gemma4

@@ -1,74 +1,48 @@
-"""Reasoning and tool calls in a chat request's output, as vLLM 0.32's server splits them.
+"""vLLM 0.32's ``DelegatingParser``: a chat request's reasoning and tool calls, as its server
+splits them.
 
-``ParsingConfig`` is what the server was started with (vLLM's ``--reasoning-parser``,
-``--tool-call-parser``, ``--enable-auto-tool-choice``). ``plan_parsing`` checks a request
-against it (vLLM's errors), adjusts the request as vLLM's ``adjust_request`` does
-(``skip_special_tokens`` off, the tool-call grammar in ``structured_outputs``), and returns a
-``ChatParsing`` that makes one ``ChoiceParser`` per choice: vLLM's ``DelegatingParser``
-(reasoning first, then tool calls on what follows it) for whole outputs and streamed deltas.
+``ChatParsing`` is one request's parsing (which parsers, how tool calls are read, what is shown;
+``request_adjust.plan_parsing`` makes it) and makes one ``ChoiceParser`` per choice: reasoning
+first, then tool calls on what follows it, for whole outputs and streamed deltas.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from gateway.api.protocol import ChatCompletionRequest, StructuredOutputs
-from gateway.errors import GatewayError
-from gateway.parsers import (
-    REASONING_PARSERS,
-    TOOL_PARSERS,
+from gateway.parsers.base import (
     DeltaMessage,
-    DeltaToolCall,
     ParserContext,
     ReasoningParser,
     ToolCall,
     ToolParser,
-    UnknownParserError,
-    reasoning_parser,
-    tool_parser,
 )
+from gateway.parsers.config import ParsingConfig, TokenizerVocab
 from gateway.parsers.forced_calls import NamedCallParser, RequiredCallsParser
-from gateway.parsers.gptoss_harmony import GptOssReasoningParser
-from gateway.parsers.tool_constraints import named_tool, tool_structured_outputs
+from gateway.parsers.gptoss_reasoning import GptOssReasoningParser
+from gateway.parsers.registry import reasoning_parser, tool_parser
+from gateway.parsers.tool_constraints import named_tool
 
 
-@dataclass(frozen=True)
-class ParsingConfig:
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None
-    enable_auto_tool_choice: bool = False
-    exclude_tools_when_tool_choice_none: bool = False
-
-    def check(self) -> None:
-        """Refuse at start what vLLM refuses: unknown names, auto tool choice without a parser."""
-        if self.reasoning_parser and self.reasoning_parser not in REASONING_PARSERS:
-            reasoning_parser(self.reasoning_parser)  # raises, listing the known names
-        if self.tool_call_parser and self.tool_call_parser not in TOOL_PARSERS:
-            tool_parser(self.tool_call_parser)
-        if self.enable_auto_tool_choice and not self.tool_call_parser:
-            raise UnknownParserError("--enable-auto-tool-choice requires --tool-call-parser")
+class ParsedRequest(Protocol):
+    """What the parsing reads of a chat request (the API's ``ChatCompletionRequest`` has it)."""
 
     @property
-    def tools_active(self) -> bool:
-        # vLLM builds no tool parser at all without --enable-auto-tool-choice.
-        return bool(self.enable_auto_tool_choice and self.tool_call_parser)
+    def tools(self) -> list[dict[str, Any]] | None: ...
 
-    def for_model(self, model_type: str | None) -> ParsingConfig:
-        """vLLM's defaults for the model: gpt-oss output is harmony, read by openai_gptoss."""
-        if model_type == "gpt_oss" and not self.reasoning_parser:
-            return replace(self, reasoning_parser="openai_gptoss")
-        return self
+    @property
+    def tool_choice(self) -> str | dict[str, Any] | None: ...
 
+    @property
+    def parallel_tool_calls(self) -> bool | None: ...
 
-@dataclass(frozen=True)
-class TokenizerVocab:
-    """What parsers need of the tokenizer: its special tokens (vLLM drops them from parsed
-    text) and its added tokens (some parsers pick their format by what the vocabulary has)."""
+    @property
+    def include_reasoning(self) -> bool: ...
 
-    special_tokens: frozenset[str] = frozenset()
-    added_tokens: frozenset[str] = frozenset()
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any] | None: ...
 
 
 @dataclass
@@ -86,43 +60,13 @@ def _reads_forced_json(parser: ToolParser) -> bool:
     return not (parser.native_required_and_named or parser.engine_based)
 
 
-def _unavailable(tool_choice: Any) -> str:
-    if tool_choice == "auto":
-        return (
-            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
-        )
-    return f"tool_choice={_described(tool_choice)} requires --tool-call-parser to be set"
-
-
-def _described(tool_choice: Any) -> str:
-    name = named_tool(tool_choice)
-    return f'function "{name}"' if name is not None else f'"{tool_choice}"'
-
-
-def _structured_outputs_dict(request: ChatCompletionRequest) -> dict[str, Any] | None:
-    """The request's own constraint with vLLM's field names (response_format folded in)."""
-    fmt = request.response_format
-    if fmt is not None and fmt.type == "json_object":
-        return {"json_object": True}
-    if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
-        return {"json": fmt.json_schema.json_schema}
-    so = request.structured_outputs
-    if so is None:
-        return None
-    return {
-        ("json" if k == "json_" else k): v
-        for k, v in so.model_dump(exclude_none=True).items()
-        if v is not False
-    }
-
-
 class ChatParsing:
     """One request's parsing: which parsers, how tool calls are read, what is shown."""
 
     def __init__(
         self,
         config: ParsingConfig,
-        request: ChatCompletionRequest,
+        request: ParsedRequest,
         prompt_tokens: Sequence[str],
         vocab: TokenizerVocab,
     ) -> None:
@@ -347,77 +291,3 @@ def _merge(message: DeltaMessage | None, more: DeltaMessage) -> DeltaMessage:
         message.reasoning = (message.reasoning or "") + more.reasoning
     message.tool_calls = [*message.tool_calls, *more.tool_calls]
     return message
-
-
-def plan_parsing(
-    config: ParsingConfig,
-    request: ChatCompletionRequest,
-    prompt_tokens: Callable[[], Sequence[str]],
-    vocab: TokenizerVocab,
-) -> ChatParsing | None:
-    """Check the request's tool fields against the server's parsers and adjust it as vLLM
-    does; None when nothing is parsed (the output is plain content)."""
-    choice = request.tool_choice
-    if choice not in (None, "none") and not config.tools_active:
-        raise GatewayError(_unavailable(choice), 400, "tool_choice")
-    if not config.reasoning_parser and not config.tools_active:
-        return None
-    parsing = ChatParsing(config, request, prompt_tokens(), vocab)
-    forced = choice == "required" or named_tool(choice) is not None
-    configured = parsing.configured_tool_parser()
-    if forced and configured is not None and not configured.forced_calls_supported:
-        raise GatewayError(
-            f"tool_choice={_described(choice)} is not supported with --tool-call-parser "
-            f"{config.tool_call_parser} by this gateway (vLLM holds such calls to a grammar "
-            'of its own for this model); use tool_choice "auto"',
-            400,
-            "tool_choice",
-        )
-    _adjust_request(parsing, request)
-    return parsing
-
-
-def _adjust_request(parsing: ChatParsing, request: ChatCompletionRequest) -> None:
-    reasoning = parsing.new_reasoning_parser()
-    tools = parsing.configured_tool_parser()
-    offered = bool(request.tools) and request.tool_choice not in (None, "none")
-    if (reasoning is not None and reasoning.keeps_special_tokens) or (
-        tools is not None and tools.keeps_special_tokens and offered
-    ):
-        request.skip_special_tokens = False
-    # gpt-oss frames even a request's own structured output (no tools offered) in its final
-    # channel, as vLLM's harmony parser does.
-    frames_output = hasattr(tools, "wrap_output_format")
-    if tools is None or not (offered or frames_output):
-        return
-    constraint = tool_structured_outputs(
-        tools,
-        request.tools or [],
-        request.tool_choice,
-        request.parallel_tool_calls,
-        _structured_outputs_dict(request),
-    )
-    if constraint is not None:
-        request.structured_outputs = StructuredOutputs.model_validate(constraint)
-        request.response_format = None
-
-
-def grammar_from_first_token(parsing: ChatParsing | None, request: ChatCompletionRequest) -> bool:
-    """vLLM's ``reasoning_ended`` for the engine: a grammar applies from the first token when
-    reasoning is hidden or the prompt already closed it; otherwise the engine's own reasoning
-    parser holds it back until the thought ends."""
-    if parsing is None or not parsing.has_reasoning:
-        return False
-    return not request.include_reasoning or parsing.prompt_ends_reasoning
-
-
-__all__ = [
-    "ChatParsing",
-    "ChoiceParser",
-    "DeltaToolCall",
-    "ParsedMessage",
-    "ParsingConfig",
-    "TokenizerVocab",
-    "grammar_from_first_token",
-    "plan_parsing",
-]

@@ -11,7 +11,8 @@ GLM-4.5/4.6/4.7 write::
     <arg_value>Paris</arg_value>
     </tool_call>
 
-Reasoning (``Glm45ReasoningParser``):
+Reasoning (``Glm45ReasoningParser``, in ``glm45_reasoning``; this module holds the grammar and
+engine both parsers run on):
 
 - Output starts in reasoning (``<think>`` optional, and dropped inside reasoning);
   ``</think>`` ends it, and so does ``<tool_call>``, which stays in the content.
@@ -52,16 +53,12 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.parsers.base import DeltaToolCall, ParserContext
-from gateway.parsers.marker_engine import (
-    Engine,
-    EngineReasoningParser,
+from gateway.parsers.marker_engine.adapters import (
     EngineToolParser,
-    Ev,
-    Event,
-    Grammar,
-    State,
     suppresses_calls,
 )
+from gateway.parsers.marker_engine.engine import Engine
+from gateway.parsers.marker_engine.grammar import Ev, Event, Grammar, State
 from gateway.parsers.tool_constraints import (
     STRICT_FUNCTION,
     ToolChoice,
@@ -337,48 +334,3 @@ class Glm45ToolParser(EngineToolParser):
         self, tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
     ) -> dict[str, Any] | None:
         return glm_structural_tag(tools, tool_choice, single_call)
-
-
-class Glm45ReasoningParser(EngineReasoningParser):
-    name = "glm45"
-    start_marker = THINK_START
-    end_marker = THINK_END
-    keeps_special_tokens = True  # vLLM's engine adapters always turn skipping off
-
-    def __init__(
-        self, *, thinking: bool = True, special_tokens: Collection[str] = GLM_SPECIAL_TOKENS
-    ) -> None:
-        self.thinking = thinking
-        super().__init__(Glm45Engine(thinking=thinking, special_tokens=special_tokens))
-
-    @classmethod
-    def for_request(cls, context: ParserContext) -> Glm45ReasoningParser:
-        return cls(
-            thinking=thinking_from_kwargs(context.chat_template_kwargs),
-            special_tokens=context.special_tokens or GLM_SPECIAL_TOKENS,
-        )
-
-    def prompt_ends_reasoning(self, prompt_tokens: Sequence[str]) -> bool:
-        # ParserEngine.is_reasoning_end: </think> or a call ends reasoning, <think> opens it,
-        # and the scan stops at the current turn's start.
-        if not self.thinking:
-            return True
-        for token in reversed(prompt_tokens):
-            if token in (THINK_END, TOOL_CALL_START):
-                return True
-            if token == THINK_START:
-                return False
-            if token in TURN_BOUNDARIES:
-                break
-        return False
-
-    def count_reasoning_tokens(self, tokens: Sequence[str]) -> int:
-        # Tokens the stream classifies as reasoning: up to the first end, without <think>.
-        if not self.thinking:
-            return 0
-        count = 0
-        for token in tokens:
-            if token in (THINK_END, TOOL_CALL_START):
-                break
-            count += token != THINK_START
-        return count

@@ -3,7 +3,8 @@
 vLLM serves one grammar, ``KimiK2Parser`` in ``vllm/parser/kimi_k2.py``, as both parsers
 (``KimiK2ToolParser`` in ``vllm/tool_parsers/kimi_k2_tool_parser.py`` and
 ``KimiK2ReasoningParser`` in ``vllm/reasoning/kimi_k2_reasoning_parser.py``, the engine's
-adapters). The output reads::
+adapters; here this module holds the grammar, the engine and the tool parser, and
+``kimi_k2_reasoning`` the reasoning parser). The output reads::
 
     <think>reasoning</think>text<|tool_calls_section_begin|>
     <|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Tokyo"}
@@ -23,7 +24,8 @@ Request inputs (keyword arguments, defaults as vLLM's): ``thinking`` / ``enable_
 ``tools`` (the request's OpenAI tools, for argument types), ``special_tokens`` (the tokenizer's
 special tokens, which vLLM drops from the text) and, for the tool parser,
 ``after_reasoning_parser`` (whether a reasoning parser runs first; see ``marker_engine``).
-``KimiK2ReasoningParser.for_request`` reads the thinking flags from ``chat_template_kwargs``.
+``kimi_k2_reasoning.KimiK2ReasoningParser.for_request`` reads the thinking flags from
+``chat_template_kwargs``.
 
 Forced and strict calls: vLLM's tool parser class names xgrammar's builtin "kimi" structural tag
 (``get_kimi_structural_tag``, asked without its reasoning part), which ``kimi_structural_tag``
@@ -38,16 +40,12 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.parsers.base import DeltaToolCall, ParserContext
-from gateway.parsers.marker_engine import (
-    Engine,
-    EngineReasoningParser,
+from gateway.parsers.marker_engine.adapters import (
     EngineToolParser,
-    Ev,
-    Event,
-    Grammar,
-    State,
     suppresses_calls,
 )
+from gateway.parsers.marker_engine.engine import Engine
+from gateway.parsers.marker_engine.grammar import Ev, Event, Grammar, State
 from gateway.parsers.tool_constraints import (
     ToolChoice,
     arguments_schema,
@@ -264,28 +262,3 @@ class KimiK2ToolParser(EngineToolParser):
         self, tools: list[dict[str, Any]], tool_choice: ToolChoice, single_call: bool
     ) -> dict[str, Any] | None:
         return kimi_structural_tag(tools, tool_choice, single_call)
-
-
-class KimiK2ReasoningParser(EngineReasoningParser):
-    name = "kimi_k2"
-
-    def __init__(
-        self,
-        *,
-        thinking: bool | None = None,
-        enable_thinking: bool | None = None,
-        special_tokens: Collection[str] = (),
-    ) -> None:
-        engine = KimiK2Engine(
-            thinking=thinking_enabled(thinking, enable_thinking), special_tokens=special_tokens
-        )
-        super().__init__(engine)
-
-    @classmethod
-    def for_request(cls, context: ParserContext) -> KimiK2ReasoningParser:
-        kwargs = context.chat_template_kwargs
-        return cls(
-            thinking=kwargs.get("thinking"),
-            enable_thinking=kwargs.get("enable_thinking"),
-            special_tokens=context.special_tokens,
-        )

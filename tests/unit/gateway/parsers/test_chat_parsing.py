@@ -1,13 +1,15 @@
-"""The request checks and output rules of gateway.api.chat_parsing that need no engine (the
-parsed replies themselves are compared with vLLM's server in tests/e2e/gateway)."""
+"""The request checks and output rules of gateway.parsers.request_adjust and .delegating that
+need no engine (the parsed replies themselves are compared with vLLM's server in
+tests/e2e/gateway)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.api.chat_parsing import ParsingConfig, TokenizerVocab, plan_parsing
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.errors import GatewayError, parse_body
+from gateway.parsers.config import ParsingConfig, TokenizerVocab
+from gateway.parsers.request_adjust import plan_parsing
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 MESSAGES = [{"role": "user", "content": "hi"}]

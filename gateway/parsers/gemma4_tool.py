@@ -18,12 +18,16 @@ delta) shows ``<channel|>`` or starts with ``thought\\n`` but has no ``<|channel
 in front (the template opened the channel). ``vllm/tool_parsers/gemma4_utils.py`` holds
 offline helpers the server does not use.
 
+This module holds the grammar and engine both parsers run on, and the tool parser; the
+reasoning parser is in ``gemma4_reasoning``.
+
 Request inputs (keyword arguments, defaults as vLLM's): ``enable_thinking`` from
 ``chat_template_kwargs`` (default off; then vLLM streams the whole output as content, while a
 whole output still has its channel split off as reasoning), ``tools`` (the request's OpenAI
 tools, for argument types), ``special_tokens`` (the tokenizer's special tokens, which vLLM drops
 from the text) and, for the tool parser, ``after_reasoning_parser`` (see ``marker_engine``).
-``Gemma4ReasoningParser.for_request`` reads ``enable_thinking`` from ``chat_template_kwargs``.
+``gemma4_reasoning.Gemma4ReasoningParser.for_request`` reads ``enable_thinking`` from
+``chat_template_kwargs``.
 A parser fed on its own takes the prompt not to end inside an open ``<|channel>`` (after a tool
 response, say); vLLM would then start the output in reasoning even with thinking off.
 
@@ -40,16 +44,12 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from gateway.parsers.base import DeltaMessage, ParserContext
-from gateway.parsers.marker_engine import (
-    Engine,
-    EngineReasoningParser,
+from gateway.parsers.marker_engine.adapters import (
     EngineToolParser,
-    Ev,
-    Event,
-    Grammar,
-    State,
     suppresses_calls,
 )
+from gateway.parsers.marker_engine.engine import Engine
+from gateway.parsers.marker_engine.grammar import Ev, Event, Grammar, State
 
 CHANNEL_START = "<|channel>"
 CHANNEL_END = "<channel|>"
@@ -349,15 +349,3 @@ class Gemma4ToolParser(EngineToolParser):
             after_reasoning_parser=context.reasoning_parser is not None,
             suppress_calls=suppresses_calls(context),
         )
-
-
-class Gemma4ReasoningParser(EngineReasoningParser):
-    name = "gemma4"
-
-    def __init__(self, *, enable_thinking: bool = False, special_tokens: Collection[str] = ()):
-        super().__init__(Gemma4Engine(thinking=enable_thinking, special_tokens=special_tokens))
-
-    @classmethod
-    def for_request(cls, context: ParserContext) -> Gemma4ReasoningParser:
-        thinking = bool(context.chat_template_kwargs.get("enable_thinking", False))
-        return cls(enable_thinking=thinking, special_tokens=context.special_tokens)
