@@ -51,10 +51,9 @@ class ChatService:
         self.metrics = metrics
         self.token_texts = token_texts
         self.parsing = parsing or ParsingConfig()
-        added = self.tokenizer.get_added_tokens_decoder().values()
         self.vocab = TokenizerVocab(
-            special_tokens=frozenset(t.content for t in added if t.special),
-            added_tokens=frozenset(t.content for t in added),
+            special_tokens=files.special_added_tokens,
+            added_tokens=frozenset(self.added.values()),
         )
 
     def token_strings(self, ids: list[int]) -> list[str]:

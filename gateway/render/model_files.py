@@ -3,7 +3,9 @@
 What is read, and where from (as transformers 5 and vLLM 0.32 read a model directory):
 - `config.json` and `generation_config.json`;
 - the tokenizer (`tokenizer.json`, parsed once) and `tokenizer_config.json`, with the named
-  special tokens transformers hands every chat template (`special_tokens_map`);
+  special tokens transformers hands every chat template (`special_tokens_map`), every named
+  `*_token` its tokenizer has as an attribute (`named_tokens`: processors read some) and the
+  added tokens marked special (`special_added_tokens`: parsers drop them);
 - the chat templates: the tokenizer's (`chat_template.jinja`, `additional_chat_templates/`,
   else `tokenizer_config.json`'s string or list of named templates), for models that have an
   image or video processor AutoProcessor's (`processor_config.json`, the legacy
@@ -56,6 +58,7 @@ class ModelFiles:
     tokenizer: Tokenizer
     tokenizer_config: Mapping[str, Any]
     special_tokens: Mapping[str, str]  # e.g. {"eos_token": "<|im_end|>"}: template variables
+    named_tokens: Mapping[str, str]  # the tokenizer's `*_token` attributes, e.g. image_token
     templates: ChatTemplates
     preprocessor: Mapping[str, Any]  # the image processor's settings
     video_preprocessor: Mapping[str, Any]  # the video processor's, for models that take video
@@ -72,6 +75,7 @@ class ModelFiles:
             tokenizer=Tokenizer.from_file(str(path / "tokenizer.json")),
             tokenizer_config=tokenizer_config,
             special_tokens=_special_tokens(path, tokenizer_config),
+            named_tokens=tokenizer_named_tokens(tokenizer_config),
             templates=ChatTemplates(
                 _tokenizer_templates(path, tokenizer_config),
                 _processor_template(path),
@@ -96,6 +100,12 @@ class ModelFiles:
     def added_tokens(self) -> dict[int, str]:
         decoder = self.tokenizer.get_added_tokens_decoder()
         return {tid: token.content for tid, token in decoder.items()}
+
+    @functools.cached_property
+    def special_added_tokens(self) -> frozenset[str]:
+        """The added tokens marked special: what vLLM drops from the text parsers see."""
+        decoder = self.tokenizer.get_added_tokens_decoder()
+        return frozenset(token.content for token in decoder.values() if token.special)
 
     @property
     def clean_up_spaces(self) -> bool:
@@ -200,6 +210,15 @@ def _special_tokens(path: Path, config: Mapping[str, Any]) -> dict[str, str]:
             if key in SPECIAL_TOKEN_NAMES or (isinstance(extra, dict) and key in extra):
                 values[key] = value
     return {k: s for k, v in values.items() if (s := _token_text(v)) is not None}
+
+
+def tokenizer_named_tokens(tokenizer_config: Mapping[str, Any]) -> dict[str, str]:
+    """A transformers tokenizer's named model-specific tokens, from its config: every
+    top-level `*_token` string (what transformers 5 writes, and reads back as attributes),
+    then the `extra_special_tokens` mapping (the other layout it reads)."""
+    extra = tokenizer_config.get("extra_special_tokens")
+    pairs = [*tokenizer_config.items(), *(extra.items() if isinstance(extra, Mapping) else ())]
+    return {k: t for k, v in pairs if k.endswith("_token") and (t := _token_text(v)) is not None}
 
 
 def _token_text(value: Any) -> str | None:

@@ -11,6 +11,7 @@ the wire are shared (`multimodal.prompt`, `multimodal.pipeline`, `multimodal.wir
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,9 @@ class ModelConfigs(Protocol):
 
     @property
     def tokenizer(self) -> Any: ...  # a tokenizers.Tokenizer, for replacements holding text
+
+    @property
+    def named_tokens(self) -> Mapping[str, str]: ...  # tokenizer attributes, e.g. image_token
 
 
 def matches_model(
@@ -112,7 +116,16 @@ class ItemProcessor(ABC):
         """The settings for one request: its mm_processor_kwargs, validated against `options`,
         over the model's defaults. The result (a frozen dataclass) is part of every item's
         hash, so it must hold everything that changes the tensors."""
+        if not kwargs:  # the common case: no parsing
+            return self.defaults
         return self.settings_for(parse_options(self.options, kwargs, self.title))
+
+    @functools.cached_property
+    def defaults(self) -> Any:
+        """The settings of a request without mm_processor_kwargs. Families that keep their
+        model's settings set this to them (an attribute or a class attribute hides this);
+        for the others it is no options merged as `settings_for` merges any, worked out once."""
+        return self.settings_for(parse_options(self.options, {}, self.title))
 
     def settings_for(self, options: Any) -> Any:
         """`options` merged over the model's defaults; families with options override it."""

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from multimodal import native
 from multimodal.processors.base import (
     ItemProcessor,
     ModelConfigError,
@@ -46,8 +45,9 @@ from multimodal.processors.base import (
     ProcessedItems,
     matches_model,
 )
-from multimodal.processors.options import option
+from multimodal.processors.options import first_set, option
 from multimodal.processors.pixels import PixelPipeline, PixelSettings, pixel_settings
+from multimodal.processors.transforms import tiles_into
 from multimodal.prompt import Range
 
 MODEL_TYPES = ("gemma3",)
@@ -184,6 +184,7 @@ class Gemma3Processor(ItemProcessor):
     family = "gemma3"
     title = "Gemma 3"
     options = Gemma3Options
+    defaults = DEFAULT_PAN_AND_SCAN
     placeholder_text = BOI  # Gemma3ForConditionalGeneration.get_placeholder_str
 
     def __init__(
@@ -227,18 +228,13 @@ class Gemma3Processor(ItemProcessor):
     def settings_for(self, options: Gemma3Options) -> PanAndScan:
         d = DEFAULT_PAN_AND_SCAN
         return PanAndScan(
-            enabled=_first(options.do_pan_and_scan, d.enabled),
-            min_crop_size=_first(options.pan_and_scan_min_crop_size, d.min_crop_size),
-            max_num_crops=_first(options.pan_and_scan_max_num_crops, d.max_num_crops),
-            min_ratio_to_activate=_first(
+            enabled=first_set(options.do_pan_and_scan, d.enabled),
+            min_crop_size=first_set(options.pan_and_scan_min_crop_size, d.min_crop_size),
+            max_num_crops=first_set(options.pan_and_scan_max_num_crops, d.max_num_crops),
+            min_ratio_to_activate=first_set(
                 options.pan_and_scan_min_ratio_to_activate, d.min_ratio_to_activate
             ),
         )
-
-    def resolve(self, kwargs: Mapping[str, Any]) -> PanAndScan:
-        if not kwargs:  # the common case: no parsing
-            return DEFAULT_PAN_AND_SCAN
-        return super().resolve(kwargs)
 
     def num_crops(self, height: int, width: int, settings: PanAndScan) -> int:
         rows, cols = crop_grid(height, width, settings)
@@ -295,17 +291,13 @@ class Gemma3Processor(ItemProcessor):
         """A window of the image resized to the tower's size, into `out` (3 x H x W; uint8
         when `raw`, else rescaled/normalized float32)."""
         top, left, h, w = window
-        crop = image[top : top + h, left : left + w]
         side_h, side_w = self.size
-        if native.AVAILABLE and crop.shape[:2] != (side_h, side_w):
-            # The resize writes the channel planes itself: no HWC image, no transposing copy.
-            planes = out if raw else np.empty(out.shape, np.uint8)
-            tiles = planes.reshape(1, 1, 3, side_h, side_w)
-            native.tiles(crop, side_h, side_w, self.pixels.settings.method, tiles)
-            if not raw:
-                self.pixels.normalize(planes, out)
-            return
-        self.pixels.finish(self.pixels.resize_and_crop(crop), raw, out)
+        planes = out if raw else np.empty(out.shape, np.uint8)
+        crop = image[top : top + h, left : left + w]
+        method = self.pixels.settings.method
+        tiles_into(crop, side_h, side_w, method, planes.reshape(1, 1, 3, side_h, side_w))
+        if not raw:
+            self.pixels.normalize(planes, out)
 
 
 def _moved_ranges(ranges: list[list[Range]], passes: list[list[int]]) -> list[list[Range]]:
@@ -348,7 +340,3 @@ def _tokens(vocab: Mapping[str, int]) -> Gemma3Tokens:
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False).ids
-
-
-def _first(value: Any, default: Any) -> Any:
-    return default if value is None else value

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,7 +149,7 @@ class Gemma4Processor(ItemProcessor):
     ) -> None:
         self.pixels = pixels
         self.image_token, self.boi, self.eoi = image, boi, eoi
-        self.default = Gemma4Settings(default_budget)
+        self.defaults = Gemma4Settings(default_budget)
         if pixels.do_normalize:  # transformers fuses rescale into normalize: (x - m/r) / (s/r)
             scale = pixels.rescale_factor if pixels.do_rescale else 1.0
             self._mean, self._std = fused_normalization(pixels.mean, pixels.std, scale)
@@ -207,11 +207,6 @@ class Gemma4Processor(ItemProcessor):
     def anchor_token_id(self) -> int:
         return self.image_token
 
-    def resolve(self, kwargs: Mapping[str, Any]) -> Gemma4Settings:
-        if not kwargs:  # the common case: no parsing
-            return self.default
-        return super().resolve(kwargs)
-
     def settings_for(self, options: Gemma4Options) -> Gemma4Settings:
         top = options.max_soft_tokens
         nested = options.images_kwargs.max_soft_tokens if options.images_kwargs else None
@@ -221,7 +216,7 @@ class Gemma4Processor(ItemProcessor):
             )
         budget = top if top is not None else nested
         if budget is None:
-            return self.default
+            return self.defaults
         if budget not in SUPPORTED_SOFT_TOKENS:
             where = "max_soft_tokens" if top is not None else "images_kwargs.max_soft_tokens"
             allowed = ", ".join(map(str, SUPPORTED_SOFT_TOKENS))

@@ -76,7 +76,7 @@ class Glm4vProcessor(QwenVLProcessor):
 
     def settings_for(self, options: Glm4vOptions) -> QwenVLResize:
         if options.size is None:
-            return self._defaults
+            return self.defaults
         least, most = options.size.shortest_edge, options.size.longest_edge
         if least is None or most is None:
             raise OptionError(

@@ -40,7 +40,8 @@ engine workers preprocess its images rather than the gateway giving other pixels
 SmolVLM (SmolVLM2 checkpoints, model_type `smolvlm`): the same image processor and
 replacement; its processor takes the three token strings from tokenizer attributes
 (`image_token`, `fake_image_token`, `global_image_token`, the tokenizer config's
-extra_special_tokens) with Idefics3's strings as defaults, and so does this file.
+extra_special_tokens) with Idefics3's strings as defaults, and so does this file (from the
+model's `named_tokens`, which gateway.render.model_files reads that way).
 
 Options (mm_processor_kwargs, as vLLM merges them into both the processor call and its
 count): `do_image_splitting`; `size.longest_edge`, which must be a multiple of the tile side
@@ -52,7 +53,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,7 @@ from multimodal.processors.base import (
 )
 from multimodal.processors.options import OptionError, option
 from multimodal.processors.pixels import PixelPipeline, PixelSettings
-from multimodal.processors.transforms import channel_triple, resize_to
+from multimodal.processors.transforms import channel_triple, resize_to, tiles_into
 from multimodal.resize_weights import METHODS
 
 IMAGE_PROCESSORS = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
@@ -272,6 +273,7 @@ class Idefics3Processor(ItemProcessor):
 
     def __init__(self, settings: Idefics3Settings, image_token_id: int, tokenizer: Any) -> None:
         self.settings = settings
+        self.defaults = settings.tiling
         self.image_token_id = image_token_id
         self.pipeline = PixelPipeline(settings.pixels)
         self._encode: Callable[[int, int], tuple[int, ...]] = functools.lru_cache(maxsize=64)(
@@ -309,11 +311,6 @@ class Idefics3Processor(ItemProcessor):
     @property
     def anchor_token_id(self) -> int:
         return self.image_token_id
-
-    def resolve(self, kwargs: Any) -> Idefics3Tiling:
-        if not kwargs:  # the common case: no parsing
-            return self.settings.tiling
-        return super().resolve(kwargs)
 
     def settings_for(self, options: Idefics3Options) -> Idefics3Tiling:
         model = self.settings.tiling
@@ -384,25 +381,14 @@ class Idefics3Processor(ItemProcessor):
         h1, w1 = longest_edge_size(*image.shape[:2], tiling.longest_edge)
         resized = resize_to(image, h1, w1, method)
         if grid.tiles == 1:  # not split, or no larger than a tile: resized to one
-            _planes_into(resized, t, t, method, out[:1].reshape(1, 1, 3, t, t))
+            tiles_into(resized, t, t, method, out[:1].reshape(1, 1, 3, t, t))
             return
         # The global tile is resized from the tile-multiple image, so that one is kept whole.
         resized = resize_to(resized, grid.height, grid.width, method)
-        _planes_into(resized, grid.height, grid.width, method, out[:-1].reshape(
+        tiles_into(resized, grid.height, grid.width, method, out[:-1].reshape(
             grid.rows, grid.cols, 3, t, t
         ))  # fmt: skip
-        _planes_into(resized, t, t, method, out[-1:].reshape(1, 1, 3, t, t))
-
-
-def _planes_into(image: np.ndarray, height: int, width: int, method: str, out: np.ndarray) -> None:
-    """The image resized to height x width (untouched if it has that size), cut into out's
-    (rows, cols, 3, T, T) tiles: the native kernels write the planes as they resize."""
-    if native.AVAILABLE:
-        native.tiles(np.ascontiguousarray(image), height, width, method, out)
-        return
-    resized = resize_to(image, height, width, method)
-    rows, cols, _, t, _ = out.shape
-    out[...] = resized.reshape(rows, t, cols, t, 3).transpose(0, 2, 4, 1, 3)
+        tiles_into(resized, t, t, method, out[-1:].reshape(1, 1, 3, t, t))
 
 
 class SmolVLMProcessor(Idefics3Processor):
@@ -417,24 +403,9 @@ class SmolVLMProcessor(Idefics3Processor):
     @classmethod
     def image_tokens(cls, files: ModelConfigs) -> ImageTokens:
         # getattr(tokenizer, "image_token", "<image>") and the like.
-        named = named_tokens(getattr(files, "tokenizer_config", None) or {})
+        named = files.named_tokens
         return ImageTokens(
             image=named.get("image_token", IMAGE),
             fake=named.get("fake_image_token", FAKE),
             global_tag=named.get("global_image_token", GLOBAL),
         )
-
-
-def named_tokens(tokenizer_config: Mapping[str, Any]) -> dict[str, str]:
-    """A transformers tokenizer's named model-specific tokens, from its config: every
-    top-level `*_token` string (what transformers 5 writes, and reads back as attributes),
-    then the `extra_special_tokens` mapping (the other layout it reads)."""
-
-    def text(value: Any) -> str | None:
-        if isinstance(value, Mapping):  # a serialized AddedToken
-            value = value.get("content")
-        return value if isinstance(value, str) else None
-
-    extra = tokenizer_config.get("extra_special_tokens")
-    pairs = [*tokenizer_config.items(), *(extra.items() if isinstance(extra, Mapping) else ())]
-    return {k: t for k, v in pairs if k.endswith("_token") and (t := text(v)) is not None}

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from multimodal import native
 from multimodal.processors.base import (
     ItemProcessor,
     ModelConfigError,
@@ -46,15 +45,14 @@ from multimodal.processors.base import (
     ProcessedItems,
     matches_model,
 )
-from multimodal.processors.options import option
+from multimodal.processors.options import first_set, option
 from multimodal.processors.pixels import PixelPipeline, PixelSettings
 from multimodal.processors.transforms import (
     CLIP_MEAN,
     CLIP_STD,
     RESAMPLE,
-    channel_planes,
     channel_triple,
-    resize_to,
+    tiles_into,
 )
 
 MODEL_TYPES = ("internvl",)
@@ -154,6 +152,7 @@ class InternVLProcessor(ItemProcessor):
 
     def __init__(self, settings: InternVLSettings, pixels: PixelPipeline) -> None:
         self.settings = settings
+        self.defaults = settings.defaults
         self.pixels = pixels
 
     @classmethod
@@ -183,17 +182,12 @@ class InternVLProcessor(ItemProcessor):
     def anchor_token_id(self) -> int:
         return self.settings.context_id
 
-    def resolve(self, kwargs: Mapping[str, Any]) -> Tiling:
-        if not kwargs:  # the common case: no parsing
-            return self.settings.defaults
-        return super().resolve(kwargs)
-
     def settings_for(self, options: InternVLOptions) -> Tiling:
         defaults = self.settings.defaults
         tiling = Tiling(
-            crop_to_patches=_first(options.crop_to_patches, defaults.crop_to_patches),
-            min_patches=_first(options.min_patches, defaults.min_patches),
-            max_patches=_first(options.max_patches, defaults.max_patches),
+            crop_to_patches=first_set(options.crop_to_patches, defaults.crop_to_patches),
+            min_patches=first_set(options.min_patches, defaults.min_patches),
+            max_patches=first_set(options.max_patches, defaults.max_patches),
         )
         if tiling.max_patches > MOST_PATCHES:
             raise OptionError(f"mm_processor_kwargs.max_patches must be at most {MOST_PATCHES}")
@@ -239,25 +233,11 @@ class InternVLProcessor(ItemProcessor):
         """The image's tiles, then its thumbnail, as uint8 channel planes into `out`."""
         method, t = self.pixels.settings.method, self.settings.tile
         if grid is None:
-            _resized_into(image, t, t, method, out.reshape(1, 1, 3, t, t))
+            tiles_into(image, t, t, method, out.reshape(1, 1, 3, t, t))
             return
         columns, rows = grid
-        _resized_into(
-            image, rows * t, columns * t, method, out[:-1].reshape(rows, columns, 3, t, t)
-        )
-        _resized_into(image, t, t, method, out[-1:].reshape(1, 1, 3, t, t))
-
-
-def _resized_into(image: np.ndarray, height: int, width: int, method: str, out: np.ndarray) -> None:
-    """The image resized to height x width, cut into out's (rows, columns, 3, T, T) tiles."""
-    if native.AVAILABLE and image.ndim == 3 and image.shape[2] == 3:
-        native.tiles(image, height, width, method, out)
-        return
-    resized = resize_to(image, height, width, method)
-    rows, columns, _, t, _ = out.shape
-    for r in range(rows):
-        for c in range(columns):
-            channel_planes(resized[r * t : (r + 1) * t, c * t : (c + 1) * t], out[r, c])
+        tiles_into(image, rows * t, columns * t, method, out[:-1].reshape(rows, columns, 3, t, t))
+        tiles_into(image, t, t, method, out[-1:].reshape(1, 1, 3, t, t))
 
 
 def _tile_size(pre: Mapping[str, Any], vision: Mapping[str, Any]) -> int:
@@ -320,7 +300,3 @@ def _pair(value: Any) -> tuple[int, int]:
     if isinstance(value, (list, tuple)):
         return int(value[0]), int(value[1])
     return int(value), int(value)
-
-
-def _first(value: Any, default: Any) -> Any:
-    return default if value is None else value

@@ -59,7 +59,6 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from multimodal import native
 from multimodal.processors.base import (
     ItemProcessor,
     ModelConfigError,
@@ -68,7 +67,7 @@ from multimodal.processors.base import (
     matches_model,
 )
 from multimodal.processors.options import NoOptions
-from multimodal.processors.transforms import channel_triple
+from multimodal.processors.transforms import channel_triple, tiles_into
 
 MODEL_TYPES = ("kimi_k25",)
 # Released checkpoints name no image processor (theirs is remote code, vLLM overrides it);
@@ -163,11 +162,6 @@ class KimiK25Processor(ItemProcessor):
     def settings_for(self, options: NoOptions) -> KimiMedia:
         return self.media
 
-    def resolve(self, kwargs: Mapping[str, Any]) -> KimiMedia:
-        if not kwargs:  # the common case: no parsing
-            return self.media
-        return super().resolve(kwargs)  # refuses every key
-
     def size(self, height: int, width: int) -> NavitSize:
         return navit_size(height, width, self.media)
 
@@ -205,10 +199,12 @@ class KimiK25Processor(ItemProcessor):
     def _patches(self, image: np.ndarray, out: np.ndarray) -> None:
         """The (resized) image at the top left of a zero canvas of rows x cols patches, into
         `out` (rows, cols, 3, P, P): uint8 as it is, or normalized float32."""
+        height, width = image.shape[:2]
         if out.dtype == np.uint8:
-            _tiles(image, out)
+            tiles_into(image, height, width, "bicubic", out)  # no resize: only laid out
             return
-        normalize(_tiles(image, np.empty(out.shape, np.uint8)), self.media, out)
+        planes = tiles_into(image, height, width, "bicubic", np.empty(out.shape, np.uint8))
+        normalize(planes, self.media, out)
 
 
 def _resized(image: np.ndarray, size: NavitSize) -> np.ndarray:
@@ -221,19 +217,6 @@ def _resized(image: np.ndarray, size: NavitSize) -> np.ndarray:
         (size.width, size.height), resample=Image.Resampling.BICUBIC
     )
     return np.asarray(resized)
-
-
-def _tiles(image: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """An HxWx3 uint8 image on a zeroed canvas of (rows, cols, 3, P, P) patches, at (0, 0)."""
-    height, width = image.shape[:2]
-    if native.AVAILABLE:
-        # No resize (the size is kept): the kernel only lays the pixels out, padding zeroed.
-        return native.tiles(image, height, width, "bicubic", out)
-    rows, cols, _, patch, _ = out.shape
-    canvas = np.zeros((rows * patch, cols * patch, 3), np.uint8)
-    canvas[:height, :width] = image
-    out[...] = canvas.reshape(rows, patch, cols, patch, 3).transpose(0, 2, 4, 1, 3)
-    return out
 
 
 def _media(pre: Mapping[str, Any]) -> KimiMedia:

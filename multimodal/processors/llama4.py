@@ -45,7 +45,6 @@ from typing import Any
 
 import numpy as np
 
-from multimodal import native
 from multimodal.processors.base import (
     ItemProcessor,
     ModelConfigError,
@@ -54,7 +53,7 @@ from multimodal.processors.base import (
     matches_model,
 )
 from multimodal.processors.options import option
-from multimodal.processors.transforms import RESAMPLE, channel_triple, pad, resize_to
+from multimodal.processors.transforms import RESAMPLE, channel_triple, tiles_into
 
 MODEL_TYPES = ("llama4",)
 IMAGE_PROCESSORS = ("Llama4ImageProcessor",)
@@ -331,7 +330,7 @@ class Llama4Processor(ItemProcessor):
     def __init__(self, settings: Llama4Settings, ids: TokenIds) -> None:
         self.settings = settings
         self.ids = ids
-        self._defaults = Llama4Tiling(settings.max_patches, settings.resize_to_max_canvas)
+        self.defaults = Llama4Tiling(settings.max_patches, settings.resize_to_max_canvas)
         self._table = normalization_table(settings)
         self._pairs = pair_tables(self._table) if settings.tile % 2 == 0 else None
 
@@ -347,14 +346,9 @@ class Llama4Processor(ItemProcessor):
     def anchor_token_id(self) -> int:
         return self.ids.image
 
-    def resolve(self, kwargs: Any) -> Llama4Tiling:
-        if not kwargs:  # the common case: no parsing
-            return self._defaults
-        return super().resolve(kwargs)
-
     def settings_for(self, options: Llama4Options) -> Llama4Tiling:
         if options.resize_to_max_canvas is None:
-            return self._defaults
+            return self.defaults
         return Llama4Tiling(self.settings.max_patches, options.resize_to_max_canvas)
 
     def layout(self, height: int, width: int, tiling: Llama4Tiling) -> TileLayout:
@@ -396,19 +390,9 @@ class Llama4Processor(ItemProcessor):
         planes, into `out` (tiles, 3, T, T)."""
         t, method = self.settings.tile, self.settings.method
         grid = out[: layout.rows * layout.cols].reshape(layout.rows, layout.cols, 3, t, t)
-        if native.AVAILABLE:
-            # Resize straight into the tiles' planes: no padded canvas, no transposing copy.
-            native.tiles(image, layout.height, layout.width, method, grid)
-            if layout.tiles > 1:
-                native.tiles(image, t, t, method, out[-1:].reshape(1, 1, 3, t, t))
-            return
-        fitted = resize_to(image, layout.height, layout.width, method)
-        right, bottom = layout.cols * t - layout.width, layout.rows * t - layout.height
-        canvas = pad(fitted, 0, 0, right, bottom)
-        tiles = canvas.reshape(layout.rows, t, layout.cols, t, 3).transpose(0, 2, 4, 1, 3)
-        grid[...] = tiles
+        tiles_into(image, layout.height, layout.width, method, grid)
         if layout.tiles > 1:
-            out[-1] = resize_to(image, t, t, method).transpose(2, 0, 1)
+            tiles_into(image, t, t, method, out[-1:].reshape(1, 1, 3, t, t))
 
     def _normalized(self, planes: np.ndarray) -> np.ndarray:
         """uint8 planes (tiles, 3, T, T) to float32 by each channel's table."""

@@ -39,6 +39,12 @@ def option(*, minimum: int | None = None, doc: str = "") -> Any:
     return dataclasses.field(default=None, metadata={"minimum": minimum, "doc": doc})
 
 
+def first_set(*values: T | None) -> T:
+    """The first of `values` that is set (not None): a request's option over the model's
+    default, e.g. first_set(options.max_patches, defaults.max_patches)."""
+    return next(v for v in values if v is not None)
+
+
 def parse_options(options: type[T], given: Any, family: str, key: str = KEY) -> T:
     """`given` (a request's JSON object) as an instance of `options`, or an OptionError."""
     if not isinstance(given, Mapping):

@@ -140,7 +140,7 @@ class Mistral3Processor(ItemProcessor):
     def __init__(self, settings: PixtralSettings, pixels: PixelSettings) -> None:
         self.settings = settings
         self.pixels = PixelPipeline(pixels)
-        self._defaults = PixtralResize(settings.longest_edge)
+        self.defaults = PixtralResize(settings.longest_edge)
 
     @classmethod
     def matches(cls, files: ModelConfigs) -> bool:
@@ -158,15 +158,10 @@ class Mistral3Processor(ItemProcessor):
     def anchor_token_id(self) -> int:
         return self.settings.image_token_id
 
-    def resolve(self, kwargs: Mapping[str, Any]) -> PixtralResize:
-        if not kwargs:  # the common case: no parsing
-            return self._defaults
-        return super().resolve(kwargs)
-
     def settings_for(self, options: Any) -> PixtralResize:
         size = getattr(options, "size", None)
         if size is None or size.longest_edge is None:
-            return self._defaults
+            return self.defaults
         return PixtralResize(size.longest_edge)
 
     def grid(self, height: int, width: int, resize: PixtralResize) -> tuple[int, int]:

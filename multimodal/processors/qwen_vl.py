@@ -10,15 +10,15 @@ which come from the model's preprocessor config.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from multimodal import native
 from multimodal.processors.base import ItemProcessor, ModelConfigs, ProcessedItems
-from multimodal.processors.options import OptionError, option
+from multimodal.processors.options import OptionError, first_set, option
 from multimodal.processors.transforms import CLIP_MEAN, CLIP_STD, fused_normalization
 from multimodal.resize import BACKENDS, DEFAULT_BACKEND, resize
 
@@ -112,7 +112,7 @@ class QwenVLProcessor(ItemProcessor):
         self._mean, self._std = fused_normalization(
             settings.mean, settings.std, settings.rescale_factor
         )
-        self._defaults = QwenVLResize(settings.min_pixels, settings.max_pixels)
+        self.defaults = QwenVLResize(settings.min_pixels, settings.max_pixels)
 
     @classmethod
     def matches(cls, files: ModelConfigs) -> bool:
@@ -143,16 +143,11 @@ class QwenVLProcessor(ItemProcessor):
     def anchor_token_id(self) -> int:
         return self.settings.image_token_id
 
-    def resolve(self, kwargs: Mapping[str, Any]) -> QwenVLResize:
-        if not kwargs:  # the common case: no parsing (a few us a request)
-            return self._defaults
-        return super().resolve(kwargs)
-
     def settings_for(self, options: QwenVLOptions) -> QwenVLResize:
-        size, defaults = options.size or QwenVLSize(), self._defaults
+        size, defaults = options.size or QwenVLSize(), self.defaults
         resize = QwenVLResize(
-            min_pixels=_first(options.min_pixels, size.shortest_edge, defaults.min_pixels),
-            max_pixels=_first(options.max_pixels, size.longest_edge, defaults.max_pixels),
+            min_pixels=first_set(options.min_pixels, size.shortest_edge, defaults.min_pixels),
+            max_pixels=first_set(options.max_pixels, size.longest_edge, defaults.max_pixels),
         )
         if resize.min_pixels > resize.max_pixels:
             raise OptionError("mm_processor_kwargs.min_pixels exceeds max_pixels")
@@ -225,7 +220,3 @@ class QwenVLProcessor(ItemProcessor):
             np.subtract(single, self._mean.reshape(c, 1, 1, 1), out=out, dtype=np.float32)
             np.divide(out, self._std.reshape(c, 1, 1, 1), out=out)
         return out.reshape(gh * gw, c * t * p * p)
-
-
-def _first(*values: int | None) -> int:
-    return next(v for v in values if v is not None)

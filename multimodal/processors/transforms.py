@@ -101,6 +101,24 @@ def channel_planes(image: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     return out
 
 
+def tiles_into(
+    image: np.ndarray, height: int, width: int, method: str, out: np.ndarray
+) -> np.ndarray:
+    """The HxWx3 uint8 image resized to height x width (untouched if it has that size) at the
+    top left of a zero canvas cut into out's (rows, cols, 3, T, T) tiles, row by row, as
+    channel planes; returns `out`. The native kernels write the planes as they resize (no
+    canvas, no transposing copy); without them numpy resizes, pads and transposes: the same
+    bytes."""
+    if native.AVAILABLE and image.ndim == 3 and image.shape[2] == 3:
+        return native.tiles(image, height, width, method, out)
+    resized = resize_to(image, height, width, method)
+    rows, cols, channels, tile, _ = out.shape
+    if (height, width) != (rows * tile, cols * tile):
+        resized = pad(resized, 0, 0, cols * tile - width, rows * tile - height)
+    out[...] = resized.reshape(rows, tile, cols, tile, channels).transpose(0, 2, 4, 1, 3)
+    return out
+
+
 def select_best_resolution(
     height: int, width: int, resolutions: Sequence[Sequence[int]]
 ) -> tuple[int, int]:

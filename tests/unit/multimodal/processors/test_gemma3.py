@@ -19,7 +19,7 @@ import pytest
 from multimodal.decode import decode_pixels
 from multimodal.pipeline import PixelEncoding, prepare
 from multimodal.policy import MediaPolicy
-from multimodal.processors import gemma3
+from multimodal.processors import gemma3, transforms
 from multimodal.processors.base import OptionError
 from multimodal.processors.gemma3 import (
     DEFAULT_PAN_AND_SCAN,
@@ -294,7 +294,7 @@ def test_crop_grid_follows_transformers_pan_and_scan(hf):
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "numpy"])
 def test_both_resize_paths_match(hf, ours, monkeypatch, native):
-    monkeypatch.setattr(gemma3.native, "AVAILABLE", native and gemma3.native.AVAILABLE)
+    monkeypatch.setattr(transforms.native, "AVAILABLE", native and transforms.native.AVAILABLE)
     for raw in (True, False):
         check(
             hf,

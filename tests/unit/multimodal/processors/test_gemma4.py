@@ -408,7 +408,7 @@ def test_a_config_without_default_output_length_counts_with_the_processor_s(mode
     data = json.loads((copy / "config.json").read_text())
     del data["vision_config"]["default_output_length"]
     (copy / "config.json").write_text(json.dumps(data))
-    assert load_processor(copy).default == Gemma4Settings(SOFT_TOKENS)
+    assert load_processor(copy).defaults == Gemma4Settings(SOFT_TOKENS)
 
 
 def test_every_image_fits_its_budget_in_whole_blocks():

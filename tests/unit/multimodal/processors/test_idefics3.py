@@ -219,12 +219,14 @@ def test_smolvlm_reads_its_token_strings_from_the_tokenizer_config():
     builds the replacement from them (SmolVLMProcessingInfo._get_image_token)."""
     from vllm.model_executor.models.smolvlm import SmolVLMProcessingInfo
 
+    from gateway.render.model_files import tokenizer_named_tokens
+
     config = {  # transformers 5 writes named tokens at the top; the other layout nests them
         "image_token": "<img>",
         "extra_special_tokens": {"fake_image_token": {"content": "<around>"}},
         "eos_token": "<end>",
     }
-    files = SimpleNamespace(tokenizer_config=config)
+    files = SimpleNamespace(named_tokens=tokenizer_named_tokens(config))  # as ModelFiles reads
     tokens = SmolVLMProcessor.image_tokens(files)
     assert tokens == ImageTokens(image="<img>", fake="<around>", global_tag="<global-img>")
     assert Idefics3Processor.image_tokens(files) == ImageTokens()  # fixed in Idefics3Processor

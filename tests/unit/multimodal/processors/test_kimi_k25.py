@@ -320,12 +320,12 @@ def test_the_pipeline_lays_out_the_wire(tiny_ours):
 
 
 def test_native_and_numpy_layouts_agree(tiny_ours, monkeypatch):
-    from multimodal.processors import kimi_k25
+    from multimodal.processors import transforms
 
     images = [np.asarray(IMAGES[n]) for n in MIXED] + [np.asarray(WIDE)]
     outputs = {}
     for native in (True, False):
-        monkeypatch.setattr(kimi_k25.native, "AVAILABLE", native and kimi_k25.native.AVAILABLE)
+        monkeypatch.setattr(transforms.native, "AVAILABLE", native and transforms.native.AVAILABLE)
         for raw in (True, False):
             outputs[native, raw] = tiny_ours.process(images, tiny_ours.resolve({}), raw)
     for raw in (True, False):

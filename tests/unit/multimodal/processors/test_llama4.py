@@ -17,7 +17,7 @@ import pytest
 
 from multimodal.decode import decode_pixels
 from multimodal.policy import MediaPolicy
-from multimodal.processors import llama4
+from multimodal.processors import llama4, transforms
 from multimodal.processors.base import OptionError
 from multimodal.processors.llama4 import (
     Llama4Options,
@@ -202,7 +202,7 @@ def test_normalization_table_is_torch_bfloat16():
 def test_numpy_path_equals_native(ours, monkeypatch, raw):
     images = [np.asarray(IMAGES[n]) for n in MIXED]
     native = ours.process(images, ours.resolve({}), raw)
-    monkeypatch.setattr(llama4.native, "AVAILABLE", False)
+    monkeypatch.setattr(transforms.native, "AVAILABLE", False)
     plain = ours.process(images, ours.resolve({}), raw)
     assert np.array_equal(native.tensors["pixel_values"], plain.tensors["pixel_values"])
 
