@@ -5,12 +5,21 @@ loop's boundary.
 other marked `slow`: whatever starts vLLM (an engine worker or a reference AsyncLLM), a gateway,
 SMG or a subprocess. A fast test that starts one of the peers in tests/support fails at once,
 naming itself, so the boundary holds as tests are added.
+
+The exhaustive reference comparisons (a test parametrized over hundreds of images, sizes or
+parser outputs against transformers or vLLM) run whole in the full suite and as a fixed sample
+in the fast loop: of a test function with more than SAMPLE_ABOVE cases, about one in
+SAMPLE_EVERY (the first always, the others chosen by a hash of their id, so the same ones every
+run and spread over the parameters) stays fast; the rest are marked `slow` and `reference`.
+`pytest -m reference` runs just what the loop leaves out.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import zlib
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -19,6 +28,8 @@ from tests import support
 
 E2E = Path(__file__).parent / "e2e"
 VLLM_INSPECTION = ["-m", "vllm.model_executor.models.registry"]
+SAMPLE_ABOVE = 12  # cases of one test function that all run in the fast loop
+SAMPLE_EVERY = 10
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,9 +49,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    cases: dict[tuple[Path, str], list[pytest.Item]] = defaultdict(list)
     for item in items:
         if E2E in item.path.parents:
             item.add_marker(pytest.mark.slow)
+        elif isinstance(item, pytest.Function) and hasattr(item, "callspec"):
+            cases[item.path, item.originalname].append(item)
+    for parametrized in cases.values():
+        if len(parametrized) > SAMPLE_ABOVE:
+            for item in parametrized[1:]:
+                if zlib.crc32(item.nodeid.encode()) % SAMPLE_EVERY:
+                    item.add_marker(pytest.mark.reference)
+                    item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(tryfirst=True)

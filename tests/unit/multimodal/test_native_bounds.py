@@ -75,3 +75,24 @@ def test_narrow_images_are_not_read_past_their_end():
     child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
     assert child.returncode == 0, f"exit {child.returncode}\n{child.stderr[-2000:]}"
     assert int(child.stdout) > 0
+
+
+def test_the_narrow_cases_resize_as_numpy_does():
+    """The child's narrow shapes in process, on ordinary buffers: at every SIMD level the
+    kernels give numpy's bytes for them (the child checks only that they read nothing past)."""
+    import itertools
+
+    import numpy as np
+
+    from multimodal.resize_numpy import resize_numpy
+
+    rng = np.random.default_rng(0)
+    for level in [lv for lv in native.LEVELS if native.level_supported(lv)]:
+        with native.kernels(level):
+            for h, w, c in itertools.product((1, 3, 5), (1, 5, 13, 100), (1, 3)):
+                image = rng.integers(0, 256, (h, w, c), np.uint8)
+                for h_out, w_out in ((h + 1, 3 * w + 1), (4, 37)):
+                    for method in ("bicubic", "bilinear"):
+                        got = native.resize(image, h_out, w_out, method)
+                        want = resize_numpy(image, h_out, w_out, method)
+                        assert np.array_equal(got, want), (level, h, w, c, h_out, w_out, method)
