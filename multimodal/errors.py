@@ -38,7 +38,8 @@ class MmgateError(Exception):
 
 
 class MediaError(MmgateError):
-    """Base class: ``reason`` is the client-facing explanation, ``index`` the image position.
+    """Base class: ``reason`` is the client-facing explanation, ``index`` the item's position
+    among the request's items of its ``kind`` ("image" or "video").
 
     ``index`` is ``None`` until a caller that knows the position (``load_images`` or the
     gateway) sets it; ``str()`` then reads ``"image 2: <reason>"``.
@@ -48,19 +49,20 @@ class MediaError(MmgateError):
     code: ClassVar[str] = "media_error"
     param = "messages"
 
-    def __init__(self, reason: str, *, index: int | None = None) -> None:
+    def __init__(self, reason: str, *, index: int | None = None, kind: str = "image") -> None:
         super().__init__(reason)
         self.reason = reason
         self.index = index
+        self.kind = kind
 
     def __str__(self) -> str:
         if self.index is None:
             return self.reason
-        return f"image {self.index}: {self.reason}"
+        return f"{self.kind} {self.index}: {self.reason}"
 
     @property
     def message(self) -> str:
-        return f"invalid image: {self}"
+        return f"invalid {self.kind}: {self}"
 
 
 class MediaSourceError(MediaError):

@@ -89,7 +89,7 @@ async def _download(source: str, policy: MediaPolicy, client: httpx.AsyncClient)
                     continue
                 if response.status_code != httpx.codes.OK:
                     raise MediaFetchError(f"HTTP {response.status_code} from {host!r}")
-                return await _read_limited(response, policy.max_bytes)
+                return await _read_limited(response, policy.max_bytes, policy.media_kind)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise _as_media_error(exc, host) from None
     raise MediaFetchError(f"more than {policy.max_redirects} redirects")
@@ -116,18 +116,18 @@ def _redirect_target(response: httpx.Response) -> httpx.URL:
         raise MediaFetchError("redirect to a malformed URL") from None
 
 
-async def _read_limited(response: httpx.Response, max_bytes: int) -> bytes:
+async def _read_limited(response: httpx.Response, max_bytes: int, kind: str) -> bytes:
     declared = response.headers.get("content-length", "")
     # A declared size lets us refuse without reading; an absent or lying header is caught
     # by counting what actually arrives.
     if declared.isdigit() and int(declared) > max_bytes:
-        raise byte_limit_error(max_bytes)
+        raise byte_limit_error(max_bytes, kind)
     body = bytearray()
     async for chunk in response.aiter_bytes():
         body += chunk
         if len(body) > max_bytes:
             # Leaving the stream context closes the connection, so the rest is never read.
-            raise byte_limit_error(max_bytes)
+            raise byte_limit_error(max_bytes, kind)
     return bytes(body)
 
 

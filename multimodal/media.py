@@ -270,11 +270,12 @@ def _data_uri_bytes(source: str, policy: MediaPolicy) -> bytes:
     mime = params[0]
     if params[-1] != "base64" or len(params) < 2:
         raise MediaSourceError("data URI must be base64-encoded (';base64,')")
-    if not mime.startswith("image/"):
-        raise MediaSourceError(f"data URI media type must be image/*, got {mime or 'none'!r}")
+    kind = policy.media_kind
+    if not mime.startswith(f"{kind}/"):
+        raise MediaSourceError(f"data URI media type must be {kind}/*, got {mime or 'none'!r}")
     # Refuse by encoded length first so an oversized payload is never decoded into memory.
     if len(payload) // 4 * 3 > policy.max_bytes + 2:
-        raise byte_limit_error(policy.max_bytes)
+        raise byte_limit_error(policy.max_bytes, policy.media_kind)
     try:
         # As vLLM: validate=True rejects characters outside the alphabet and bad padding.
         # pybase64 (SIMD): 4 us for a 66 KB JPEG where the stdlib takes 200.
@@ -282,7 +283,7 @@ def _data_uri_bytes(source: str, policy: MediaPolicy) -> bytes:
     except (binascii.Error, ValueError):
         raise MediaSourceError("data URI payload is not valid base64") from None
     if len(data) > policy.max_bytes:
-        raise byte_limit_error(policy.max_bytes)
+        raise byte_limit_error(policy.max_bytes, policy.media_kind)
     return data
 
 
@@ -310,10 +311,10 @@ def _file_url_bytes(source: str, policy: MediaPolicy) -> bytes:
         raise MediaForbiddenError(_OUTSIDE_ROOT) from None
     if root not in resolved.parents:
         raise MediaForbiddenError(_OUTSIDE_ROOT)
-    return _read_regular_file(resolved, policy.max_bytes)
+    return _read_regular_file(resolved, policy.max_bytes, policy.media_kind)
 
 
-def _read_regular_file(path: Path, max_bytes: int) -> bytes:
+def _read_regular_file(path: Path, max_bytes: int, kind: str = "image") -> bytes:
     # The path was resolved and checked above; O_NOFOLLOW stops a final-component symlink
     # swapped in since. Swapping an intermediate directory remains possible for someone who can
     # write under the media root; that person is already trusted by the operator.
@@ -330,8 +331,8 @@ def _read_regular_file(path: Path, max_bytes: int) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise MediaForbiddenError("file path is not a regular file")
         if info.st_size > max_bytes:
-            raise byte_limit_error(max_bytes)
+            raise byte_limit_error(max_bytes, kind)
         data = fh.read(max_bytes + 1)  # the file may have grown since fstat
     if len(data) > max_bytes:
-        raise byte_limit_error(max_bytes)
+        raise byte_limit_error(max_bytes, kind)
     return data

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from PIL import Image
@@ -36,20 +36,25 @@ class MediaPolicy:
       metadata address is only reachable if listed as a single address (``/32`` or ``/128``).
     - ``local_root`` <- ``--allowed-local-media-path``: ``file://`` URLs may read files under
       this directory; ``None`` refuses ``file://`` entirely.
-    - ``max_pixels`` must stay at or below Pillow's ``MAX_IMAGE_PIXELS`` so any image we accept
-      decodes without Pillow's own bomb warning.
+    - ``max_video_bytes``: the encoded size of one video (a container, or all the frames of
+      a ``data:video/jpeg`` frame list); ``max_bytes`` is the image's.
+    - ``max_pixels`` (per image, and per video frame) must stay at or below Pillow's
+      ``MAX_IMAGE_PIXELS`` so any image we accept decodes without Pillow's own bomb warning.
     """
 
     allowed_domains: tuple[str, ...] | None = None
     allowed_networks: tuple[str, ...] = ()
     local_root: Path | None = None
     max_bytes: int = 20 * _MiB
+    max_video_bytes: int = 64 * _MiB
     max_pixels: int = 64_000_000
     connect_timeout: float = 5.0
     read_timeout: float = 10.0
     total_timeout: float = 30.0
     max_redirects: int = 3
     allowed_formats: tuple[str, ...] = DEFAULT_IMAGE_FORMATS
+    # What ``max_bytes`` applies to, for error messages: "video" in ``for_video``'s copy.
+    media_kind: str = "image"
 
     # Parsed forms of ``allowed_networks``, read by ``multimodal.net_guard``.
     _networks: tuple[IPNetwork, ...] = field(init=False, repr=False, compare=False)
@@ -60,6 +65,10 @@ class MediaPolicy:
         if self.local_root is not None:
             self._resolve_local_root(self.local_root)
         self._check_limits()
+
+    def for_video(self) -> MediaPolicy:
+        """The policy for loading one video: its bytes limited by ``max_video_bytes``."""
+        return replace(self, max_bytes=self.max_video_bytes, media_kind="video")
 
     def _normalize_lists(self) -> None:
         # Frozen, so normalized values are written with object.__setattr__.
@@ -83,7 +92,14 @@ class MediaPolicy:
         object.__setattr__(self, "local_root", root)
 
     def _check_limits(self) -> None:
-        for name in ("max_bytes", "max_pixels", "connect_timeout", "read_timeout", "total_timeout"):
+        for name in (
+            "max_bytes",
+            "max_video_bytes",
+            "max_pixels",
+            "connect_timeout",
+            "read_timeout",
+            "total_timeout",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.max_redirects < 0:
@@ -97,7 +113,7 @@ class MediaPolicy:
             raise ValueError("allowed_formats must not be empty")
 
 
-def byte_limit_error(max_bytes: int) -> MediaTooLargeError:
+def byte_limit_error(max_bytes: int, kind: str = "image") -> MediaTooLargeError:
     """The error for encoded bytes beyond ``max_bytes``, worded the same for every source."""
     size = f"{max_bytes / _MiB:g} MiB" if max_bytes >= _MiB else f"{max_bytes} bytes"
-    return MediaTooLargeError(f"image exceeds the {size} size limit")
+    return MediaTooLargeError(f"{kind} exceeds the {size} size limit", kind=kind)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -21,6 +22,7 @@ from gateway.observability.request_log import engine_request_id
 from gateway.parsers.config import ParsingConfig, TokenizerVocab
 from gateway.parsers.delegating import ChatParsing, ChoiceParser
 from gateway.parsers.request_adjust import grammar_from_first_token, plan_parsing
+from gateway.render.messages import MediaItem
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.stream import sse
@@ -76,6 +78,8 @@ class ChatService:
         worker = self.pool.pick(rendered.token_ids, media_refs=by_worker)
         facts = worker.facts
         if by_worker:
+            # Counted before anything is fetched: a video may be tens of MB.
+            check_counts(_counts(rendered.media), facts)
             prompt = await self.prompts.refer(request, rendered)
         else:
             prompt = await self.prompts.expand(request, facts.pixels, rendered)
@@ -107,9 +111,14 @@ class ChatService:
 
 def check_items(prompt: Prompt, facts: WorkerFacts) -> None:
     """The worker takes images, and no more per prompt than it advertises."""
+    check_counts(prompt.item_counts(), facts)
+
+
+def check_counts(counts: Mapping[str, int], facts: WorkerFacts) -> None:
+    """`check_items` on the counts of a prompt's items by modality."""
     if not facts.supports_vision:
         raise GatewayError("the engine worker does not accept images", 400, "messages")
-    for modality, count in prompt.item_counts().items():
+    for modality, count in counts.items():
         # vLLM's own processor refuses these with this message; a worker fed preprocessed
         # input may not (smg-grpc-servicer only advertises the limit), so the gateway holds
         # to it.
@@ -117,6 +126,10 @@ def check_items(prompt: Prompt, facts: WorkerFacts) -> None:
         if limit is not None and count > limit:
             message = f"At most {limit} {modality}(s) may be provided in one prompt."
             raise GatewayError(message, 400, "messages")
+
+
+def _counts(media: Sequence[MediaItem]) -> dict[str, int]:
+    return dict(Counter(item.modality for item in media))
 
 
 def _max_tokens(request: ChatCompletionRequest, prompt: Prompt, facts: WorkerFacts) -> int | None:

@@ -117,4 +117,6 @@ def _referred(index: int, ref: pb.MediaRef) -> ImageFacts:
     data: URL; what the worker makes of them is the worker's to know."""
     head, _, payload = ref.url.partition(",")
     mime = head.removeprefix("data:").removesuffix(";base64") or None
-    return ImageFacts(index=index, bytes=len(pybase64.b64decode(payload)), mime=mime)
+    # (a video/jpeg frame list holds its frames' base64 apart by commas)
+    size = sum(len(pybase64.b64decode(part)) for part in payload.split(","))
+    return ImageFacts(index=index, bytes=size, mime=mime)

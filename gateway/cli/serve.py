@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gateway.render.worker_media import MM_PROCESSING
 from gateway.server.config import AdmissionConfig
-from gateway.server.limits import RequestLimits
+from gateway.server.limits import MIB, RequestLimits
 from gateway.workers.pool import PoolOptions
 
 DESCRIPTION = """\
@@ -50,6 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-media-domains", nargs="*", help="only fetch images from these hosts")
     p.add_argument(
         "--allowed-local-media-path", type=Path, help="allow file:// images under this directory"
+    )
+    p.add_argument(
+        "--max-video-bytes",
+        type=_positive,
+        default=64 * MIB,  # MediaPolicy.max_video_bytes
+        metavar="BYTES",
+        help="the largest video accepted, in encoded bytes (a clip, or a data:video/jpeg "
+        "frame list's frames together); larger is a 400 (%(default)s = 64 MiB). A worker "
+        "also refuses inline items above its --mm-max-item-bytes (32 MiB by default)",
     )
     p.add_argument(
         "--allow-private-media-networks",
@@ -279,6 +288,7 @@ def main(argv: list[str]) -> int:
         allowed_domains=tuple(args.allowed_media_domains) if args.allowed_media_domains else None,
         allowed_networks=tuple(args.allow_private_media_networks),
         local_root=args.allowed_local_media_path,
+        max_video_bytes=args.max_video_bytes,
     )
     config = GatewayConfig(
         model=args.model,

@@ -48,7 +48,12 @@ _KNOWN_PART_FIELDS = frozenset(
         "thinking", "type", "uuid", "video_embeds", "video_url",
     }
 )  # fmt: skip
-_IMAGE_MARKER = "<##IMAGE##>"  # vLLM's MODALITY_PLACEHOLDERS_MAP["image"]
+# vLLM's MODALITY_PLACEHOLDERS_MAP: with --interleave-mm-strings a media part leaves its
+# modality's marker in the text, and each marker takes that modality's next placeholder.
+_MARKERS: dict[str, str] = {"image": "<##IMAGE##>", "video": "<##VIDEO##>"}
+# Media part type -> its modality (vLLM's MM_PARSER_MAP), checked in this order for a part
+# without a type.
+_MEDIA_PARTS: dict[str, Modality] = {"image_url": "image", "video_url": "video"}
 _BILLING_HEADER = "x-anthropic-billing-header"
 
 
@@ -59,6 +64,8 @@ class MediaItem:
     modality: Modality
     url: str
     detail: str | None = None
+    # Where it was, e.g. "messages[0].content[1]", for errors naming the part.
+    part: str = field(default="", compare=False)
 
 
 def to_conversation(
@@ -120,8 +127,9 @@ class _Parser:
             return parsed
         if len(self.media) == media_before:
             return "\n".join(parsed)
-        texts = [self._placeholder(k) for k in range(media_before, len(self.media))]
-        placeholders = [text for text in texts if text]  # vLLM writes nothing for None
+        items = range(media_before, len(self.media))
+        texts = [(self.media[k].modality, self._placeholder(k)) for k in items]
+        placeholders = [(m, text) for m, text in texts if text]  # vLLM writes nothing for None
         return _multimodal_text(index, placeholders, parsed, self.interleave)
 
     def _placeholder(self, k: int) -> str | None:
@@ -139,18 +147,18 @@ class _Parser:
         if not isinstance(part, Mapping):
             raise ChatRequestError(f"messages[{index}].content[{j}] must be a string or object")
         kind = part.get("type")
-        if kind is None and "image_url" in part:
-            kind = "image_url"
+        if kind is None:
+            kind = next((name for name in _MEDIA_PARTS if name in part), None)
         if not isinstance(kind, str):
             raise ChatRequestError(f"messages[{index}].content[{j}] has no type")
         if kind in _TEXT_PARTS:
             return self.text_part(index, j, part, _TEXT_PARTS[kind])
-        if kind == "image_url":
-            return self.image_part(index, j, part)
-        accepted = "text and image_url" if "image" in self.placeholders else "text"
+        if kind in _MEDIA_PARTS:
+            return self.media_part(index, j, part, kind)
+        accepted = ["text"] + [n for n, m in _MEDIA_PARTS.items() if m in self.placeholders]
         raise ChatRequestError(
             f"messages[{index}].content[{j}]: unsupported content part type {kind!r} "
-            f"(this model accepts {accepted})"
+            f"(this model accepts {', '.join(accepted)})"
         )
 
     def text_part(self, index: int, j: int, part: Mapping[str, Any], key: str) -> Any:
@@ -163,20 +171,23 @@ class _Parser:
             return {"type": "text", "text": text, **_extra_fields(part)}
         return text
 
-    def image_part(self, index: int, j: int, part: Mapping[str, Any]) -> Any:
-        if "image" not in self.placeholders:
+    def media_part(self, index: int, j: int, part: Mapping[str, Any], kind: str) -> Any:
+        """An `image_url` or `video_url` part: its item, and what the template sees."""
+        modality = _MEDIA_PARTS[kind]
+        if modality not in self.placeholders:
             raise ChatRequestError(
-                f"messages[{index}].content[{j}]: this model does not accept images"
+                f"messages[{index}].content[{j}]: this model does not accept {modality}s ({kind})"
             )
-        url, detail = part.get("image_url"), None
+        url, detail = part.get(kind), None
         if isinstance(url, Mapping):
             url, detail = url.get("url"), url.get("detail")
         if not isinstance(url, str) or not url:
-            raise ChatRequestError(f"messages[{index}].content[{j}].image_url.url is required")
-        self.media.append(MediaItem("image", url, detail))
+            raise ChatRequestError(f"messages[{index}].content[{j}].{kind}.url is required")
+        where = f"messages[{index}].content[{j}]"
+        self.media.append(MediaItem(modality, url, detail if modality == "image" else None, where))
         if self.content_format == "openai":
-            return {"type": "image", **_extra_fields(part)}
-        return _IMAGE_MARKER if self.interleave else None
+            return {"type": modality, **_extra_fields(part)}
+        return _MARKERS[modality] if self.interleave else None
 
 
 def _content_parts(index: int, content: Any) -> list[Any]:
@@ -211,18 +222,18 @@ def _extra_fields(part: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _multimodal_text(
-    index: int, placeholders: list[str], texts: list[str], interleave: bool
+    index: int, placeholders: list[tuple[Modality, str]], texts: list[str], interleave: bool
 ) -> str:
-    """vLLM's _get_full_multimodal_text_prompt for one message's images and texts."""
+    """vLLM's _get_full_multimodal_text_prompt for one message's media and texts
+    (`placeholders`: each item's modality and text, in part order)."""
     if interleave:
-        # Image parts left a marker where they were; each takes the next placeholder.
-        slots = list(placeholders)
-        if texts.count(_IMAGE_MARKER) > len(slots):
-            raise ChatRequestError(f"messages[{index}] has more {_IMAGE_MARKER!r} than images")
-        texts = [slots.pop(0) if t == _IMAGE_MARKER else t for t in texts]
+        texts = _interleaved(index, placeholders, texts)
     text = "\n".join(texts)
     missing: list[str] = []
-    for placeholder, count in Counter(placeholders).items():
+    # vLLM counts the placeholders grouped by modality, in the order modalities first appear.
+    first = {m: k for k, (m, _) in reversed(list(enumerate(placeholders)))}
+    ordered = sorted(placeholders, key=lambda pair: first[pair[0]])
+    for placeholder, count in Counter(text for _, text in ordered).items():
         # Placeholders the user already wrote into the text stand for images.
         count -= text.count(placeholder)
         if count < 0:
@@ -231,6 +242,23 @@ def _multimodal_text(
             )
         missing += [placeholder] * count
     return "\n".join([*missing, text] if text else missing)
+
+
+def _interleaved(
+    index: int, placeholders: list[tuple[Modality, str]], texts: list[str]
+) -> list[str]:
+    """Media parts left their modality's marker where they were; each marker takes the next
+    placeholder of that modality."""
+    slots = {m: [t for modality, t in placeholders if modality == m] for m in _MARKERS}
+    modality_of = {marker: m for m, marker in _MARKERS.items()}
+    out = []
+    for text in texts:
+        if (modality := modality_of.get(text)) is not None:
+            if not slots[modality]:
+                raise ChatRequestError(f"messages[{index}] has more {text!r} than {modality}s")
+            text = slots[modality].pop(0)
+        out.append(text)
+    return out
 
 
 def _copy_role_fields(role: str, message: Mapping[str, Any], out: dict[str, Any]) -> None:

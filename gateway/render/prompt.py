@@ -25,6 +25,7 @@ import httpx
 from gateway.errors import GatewayError
 from gateway.observability import tracing
 from gateway.observability.metrics import GatewayMetrics
+from gateway.render.messages import MediaItem
 from gateway.render.renderer import ChatRenderer, RenderedChat
 from gateway.render.worker_media import MmProcessing, media_refs
 from multimodal.media import LoadedImage, MediaPolicy, decode_sources, download_all, needs_download
@@ -155,7 +156,8 @@ class PromptBuilder:
     ) -> Prompt:
         if not rendered.media:
             return Prompt(rendered.token_ids, rendered.prompt)
-        processor = self.processors.get("image")  # the only modality the renderer emits yet
+        self._check_processed_here(rendered.media)
+        processor = self.processors.get("image")  # the only modality processed here yet
         urls = [item.url for item in rendered.media]
         started = time.perf_counter()
         downloaded: list[bytes | None] = [None] * len(urls)
@@ -179,6 +181,24 @@ class PromptBuilder:
         self._observe(fetched - started, time.perf_counter() - fetched, len(urls))
         kept = images if keep_items else []
         return Prompt(prepared.prompt_ids, rendered.prompt, prepared, fields, kept)
+
+    def _check_processed_here(self, media: Sequence[MediaItem]) -> None:
+        """Every item has a processor here (a video has none yet: only a worker takes it)."""
+        for item in media:
+            if item.modality in self.processors.by_modality:
+                continue
+            how = (
+                "--mm-processing gateway"
+                if self.mm_processing == "gateway"
+                else "this route does not send media to a worker"
+            )
+            raise GatewayError(
+                f"{item.part or 'messages'}: the gateway has no {item.modality} processor for "
+                f"this model ({how}); a {item.modality} goes to engine workers started with "
+                "--mm-processor inprocess (mmgate serve --mm-processing auto or worker)",
+                400,
+                "messages",
+            )
 
     def _decode_and_prepare(
         self,

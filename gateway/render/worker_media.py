@@ -20,8 +20,10 @@ import httpx
 import pybase64
 
 from gateway.render.messages import MediaItem, Placeholder
+from multimodal.errors import MediaError
 from multimodal.media import MediaPolicy, checked_sources, download_all, needs_download
-from multimodal.placeholders import placeholder_for
+from multimodal.placeholders import known_modalities, placeholder_for
+from multimodal.video import checked_video
 from multimodal.wire import MODALITIES
 from protos import vllm_engine_pb2 as pb
 
@@ -37,28 +39,96 @@ def mm_processing_mode(name: str) -> MmProcessing:
     return "gateway" if name == "router" else name  # type: ignore[return-value]
 
 
-def fallback_placeholders(architectures: Sequence[str]) -> dict[str, Placeholder]:
-    """What vLLM writes into a "string"-format prompt per image of a model the gateway has no
-    processor for (the chat renderer takes image parts only, so far)."""
-    return {"image": functools.partial(placeholder_for, tuple(architectures), "image")}
+# The modalities the chat renderer takes parts of (`image_url`, `video_url`).
+RENDERED_MODALITIES: tuple[str, ...] = ("image", "video")
+
+
+def fallback_placeholders(
+    architectures: Sequence[str], modalities: Sequence[str] = RENDERED_MODALITIES
+) -> dict[str, Placeholder]:
+    """What vLLM writes into a "string"-format prompt per item of each of `modalities`, for
+    media the gateway has no processor for: images always (vLLM writes nothing for an
+    architecture it has no text for), videos where vLLM's model class has a video placeholder
+    (its `get_placeholder_str`), the sign that the model takes video."""
+    architectures = tuple(architectures)
+    known = {"image", *known_modalities(architectures)}
+    return {
+        modality: functools.partial(placeholder_for, architectures, modality)
+        for modality in modalities
+        if modality in known
+    }
 
 
 async def media_refs(
     items: Sequence[MediaItem], policy: MediaPolicy, http: httpx.AsyncClient | None
 ) -> pb.MediaRefs:
-    """The items, fetched and checked under `policy`, as data: URLs in prompt order."""
-    urls = [item.url for item in items]
-    downloaded: list[bytes | None] = [None] * len(urls)
-    if needs_download(urls):
-        downloaded = await download_all(urls, policy, http)
-    checked = await asyncio.to_thread(checked_sources, urls, downloaded, policy)
+    """The items, fetched and checked under `policy` (a video under its video limits), as
+    data: URLs in prompt order."""
+    downloaded = await _downloaded(items, policy, http)
+    urls = await asyncio.to_thread(_checked_urls, items, downloaded, policy)
     return pb.MediaRefs(
         items=[
-            pb.MediaRef(modality=MODALITIES[item.modality], url=_data_url(raw, mime))
-            for item, (raw, mime) in zip(items, checked, strict=True)
+            pb.MediaRef(modality=MODALITIES[item.modality], url=url)
+            for item, url in zip(items, urls, strict=True)
         ]
     )
 
 
-def _data_url(raw: bytes, mime: str) -> str:
-    return f"data:{mime};base64,{pybase64.b64encode(raw).decode('ascii')}"
+async def _downloaded(
+    items: Sequence[MediaItem], policy: MediaPolicy, http: httpx.AsyncClient | None
+) -> list[bytes | None]:
+    """Each http(s) item's bytes (None for the others), images and videos concurrently,
+    each under its modality's byte limit."""
+    downloaded: list[bytes | None] = [None] * len(items)
+    groups = [
+        ([k for k, item in enumerate(items) if item.modality == m], p)
+        for m, p in (("image", policy), ("video", policy.for_video()))
+    ]
+    groups = [(ks, p) for ks, p in groups if needs_download([items[k].url for k in ks])]
+    fetched = await asyncio.gather(*(_download_group(ks, items, p, http) for ks, p in groups))
+    for (ks, _), results in zip(groups, fetched, strict=True):
+        for k, raw in zip(ks, results, strict=True):
+            downloaded[k] = raw
+    return downloaded
+
+
+async def _download_group(
+    ks: Sequence[int], items: Sequence[MediaItem], policy: MediaPolicy, http
+) -> list[bytes | None]:
+    try:
+        return await download_all([items[k].url for k in ks], policy, http)
+    except MediaError as error:
+        _name(error, items[ks[error.index]] if error.index is not None else None, error.index)
+        raise
+
+
+def _checked_urls(
+    items: Sequence[MediaItem], downloaded: Sequence[bytes | None], policy: MediaPolicy
+) -> list[str]:
+    """Blocking: each item's data: URL, checked (images by their header, videos by
+    `multimodal.video`); a failure names the item by its modality and index in it."""
+    urls, seen = [], {modality: 0 for modality in RENDERED_MODALITIES}
+    for item, raw in zip(items, downloaded, strict=True):
+        index = seen.get(item.modality, 0)
+        seen[item.modality] = index + 1
+        try:
+            urls.append(_checked_url(item, raw, policy))
+        except MediaError as error:
+            _name(error, item, index)
+            raise
+    return urls
+
+
+def _checked_url(item: MediaItem, raw: bytes | None, policy: MediaPolicy) -> str:
+    if item.modality == "video":
+        return checked_video(item.url, raw, policy)
+    [(data, mime)] = checked_sources([item.url], [raw], policy)
+    return f"data:{mime};base64,{pybase64.b64encode(data).decode('ascii')}"
+
+
+def _name(error: MediaError, item: MediaItem | None, index: int | None) -> None:
+    """Name the item in the error: "video 0: ..." (its index among its modality's)."""
+    if item is None:
+        return
+    error.kind = item.modality
+    error.index = index

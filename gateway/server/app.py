@@ -147,12 +147,15 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
     files = ModelFiles.load(model_dir)
     processors = processors_for(files)
     placeholders = processors.placeholders
-    if facts.supports_vision and "image" not in placeholders:
+    if facts.supports_vision:
+        # Media without a processor here (every video, so far) goes to a worker: the prompt
+        # gets what vLLM writes for them.
         placeholders = {
             **fallback_placeholders(files.config.get("architectures") or ()),
             **placeholders,
         }
-        _log_fallback(files.config.get("model_type"), config.mm_processing, pool)
+        if "image" not in processors.by_modality:
+            _log_fallback(files.config.get("model_type"), config.mm_processing, pool)
     renderer = ChatRenderer(files, placeholders, chat_template=config.chat_template)
     prompts = PromptBuilder(
         renderer, processors, config.media_policy, http, metrics, config.mm_processing

@@ -1,0 +1,155 @@
+"""Check a client-supplied video before a worker decodes it: bytes, container, frames.
+
+The gateway does not preprocess video yet: a worker started with `--mm-processor inprocess`
+runs vLLM's own loader on it. The gateway still fetches each clip under its own policy and
+forwards exactly the checked bytes, so it refuses here, with a 400 naming the clip, what that
+loader would choke on or what the operator does not allow:
+
+- a container vLLM's OpenCV loader reads (MP4/QuickTime, Matroska/WebM, AVI), sniffed from the
+  bytes, at most ``MediaPolicy.max_video_bytes`` (``--max-video-bytes``);
+- that OpenCV opens from memory, as vLLM does, with at least two frames (vLLM's loader seeks
+  to the end to correct the frame count, after which it cannot read a one-frame clip's only
+  frame and fails) of at most ``max_pixels`` each;
+- or vLLM's frame list ``data:video/jpeg;base64,<frame>,<frame>,...``: every frame an image
+  whose header passes the image rules, all of them within the byte limit.
+
+Reading the header opens the clip with OpenCV (FFmpeg) but decodes no frame. Blocking: call
+it off the event loop.
+"""
+
+from __future__ import annotations
+
+import binascii
+from dataclasses import dataclass
+from io import BytesIO
+
+import pybase64
+
+from multimodal.decode import check_header
+from multimodal.errors import MediaDecodeError, MediaSourceError, MediaTooLargeError
+from multimodal.policy import MediaPolicy, byte_limit_error
+
+__all__ = ["FRAME_LIST_MIME", "VideoInfo", "checked_video", "probe_video", "sniff_container"]
+
+FRAME_LIST_MIME = "video/jpeg"  # vLLM's name for a list of base64 frames in one data: URL
+_CONTAINERS = "MP4, MOV, WebM, MKV or AVI"
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the container says about a clip (nothing decoded)."""
+
+    frames: int
+    width: int
+    height: int
+    fps: float
+
+
+def checked_video(source: str, raw: bytes | None, policy: MediaPolicy) -> str:
+    """Blocking: the ``data:`` URL a worker gets for one video source, after the checks
+    above. ``raw``: the downloaded bytes of an http(s) source, None for the others.
+    ``policy`` is the request's (its video byte limit applies here)."""
+    from multimodal.media import source_bytes
+
+    video_policy = policy.for_video()
+    if raw is None and _is_frame_list(source):
+        return _checked_frame_list(source, video_policy)
+    data, _ = source_bytes(source, raw, video_policy)
+    mime = sniff_container(data)
+    if mime is None:
+        raise MediaDecodeError(f"not a supported video container ({_CONTAINERS})", kind="video")
+    info = probe_video(data)
+    _check_info(info, policy)
+    return f"data:{mime};base64,{pybase64.b64encode(data).decode('ascii')}"
+
+
+def sniff_container(data: bytes) -> str | None:
+    """The MIME type of the container the bytes start with, None if not one we take."""
+    if data[4:8] == b"ftyp":
+        return "video/quicktime" if data[8:12] == b"qt  " else "video/mp4"
+    if data[:4] == b"\x1a\x45\xdf\xa3":  # EBML: Matroska, or WebM if its doctype says so
+        return "video/webm" if b"webm" in data[:64] else "video/x-matroska"
+    if data[:4] == b"RIFF" and data[8:12] == b"AVI ":
+        return "video/x-msvideo"
+    return None
+
+
+def probe_video(data: bytes) -> VideoInfo:
+    """The frame count, size and rate OpenCV reads from the container in memory, opened as
+    vLLM opens it (the first stream-buffered backend, FFmpeg)."""
+    import cv2
+    import cv2.videoio_registry as registry
+
+    backends = [b for b in registry.getStreamBufferedBackends() if registry.hasBackend(b)]
+    if not backends:
+        raise MediaDecodeError("this server cannot read videos (no OpenCV backend)", kind="video")
+    # The stream must outlive the capture: OpenCV reads it until release().
+    stream = BytesIO(data)
+    try:
+        capture = cv2.VideoCapture(stream, backends[0], [])
+    except cv2.error:
+        capture = None
+    if capture is None or not capture.isOpened():
+        raise MediaDecodeError("the video cannot be opened (damaged or not a video)", kind="video")
+    try:
+        return VideoInfo(
+            frames=int(capture.get(cv2.CAP_PROP_FRAME_COUNT)),
+            width=int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)),
+            height=int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)),
+            fps=float(capture.get(cv2.CAP_PROP_FPS)),
+        )
+    finally:
+        capture.release()
+        stream.close()
+
+
+def _check_info(info: VideoInfo, policy: MediaPolicy) -> None:
+    if info.width <= 0 or info.height <= 0:
+        raise MediaDecodeError("the video has no readable frames", kind="video")
+    if info.width * info.height > policy.max_pixels:
+        raise MediaTooLargeError(
+            f"video frames are {info.width}x{info.height}, above the {policy.max_pixels} "
+            "pixel limit",
+            kind="video",
+        )
+    if info.frames < 2:
+        # vLLM's loader cannot read a one-frame clip (see the module's docstring).
+        raise MediaDecodeError(
+            f"the video has {max(info.frames, 0)} frame(s); at least 2 are needed (send a "
+            "single frame as an image)",
+            kind="video",
+        )
+
+
+def _is_frame_list(source: str) -> bool:
+    header = source[5:].partition(",")[0].lower() if source[:5].lower() == "data:" else ""
+    return header.split(";")[0].strip() == FRAME_LIST_MIME
+
+
+def _checked_frame_list(source: str, policy: MediaPolicy) -> str:
+    """vLLM's ``data:video/jpeg;base64,f1,f2,...``: each frame decoded from base64 and its
+    image header checked; forwarded re-encoded from the checked bytes."""
+    header, _, payload = source[5:].partition(",")
+    if [p.strip().lower() for p in header.split(";")][-1] != "base64":
+        raise MediaSourceError("a video/jpeg frame list must be base64-encoded", kind="video")
+    if len(payload) // 4 * 3 > policy.max_bytes + 2 * (payload.count(",") + 1):
+        raise byte_limit_error(policy.max_bytes, "video")
+    frames, total = [], 0
+    for number, encoded in enumerate(payload.split(",")):
+        try:
+            frame = pybase64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise MediaSourceError(
+                f"frame {number} of the frame list is not valid base64", kind="video"
+            ) from None
+        total += len(frame)
+        if total > policy.max_bytes:
+            raise byte_limit_error(policy.max_bytes, "video")
+        try:
+            check_header(frame, policy)  # the operator's image formats and pixels
+        except MediaDecodeError as error:
+            raise MediaDecodeError(f"frame {number}: {error.reason}", kind="video") from None
+        except MediaTooLargeError as error:
+            raise MediaTooLargeError(f"frame {number}: {error.reason}", kind="video") from None
+        frames.append(pybase64.b64encode(frame).decode("ascii"))
+    return f"data:{FRAME_LIST_MIME};base64," + ",".join(frames)
