@@ -1,0 +1,211 @@
+"""Video through the worker-side fallback: `mmgate serve` checks each clip and forwards it as
+`media_refs` to `mmgate engine --mm-processor inprocess`, which runs vLLM's own loader and
+processor; the answers equal vLLM's own OpenAI server's on the tiny Qwen2-VL (the gateway
+preprocesses its images itself, but has no video processor: a request holding a video sends
+all its media to the worker). Clips are made here with OpenCV, of odd sizes and rates."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+
+from tests.support.e2e_cases import IMAGE, png_bytes
+from tests.support.engines import VllmServerProcess, WorkerProcess
+from tests.support.gateway_process import GatewayProcess
+
+LIMITS = {"image": 2, "video": 2}
+MAX_VIDEO_BYTES = 2_000_000  # the auto gateway's --max-video-bytes
+REFERENCE_NAME = "tiny"  # the name vLLM's server answers to (VllmServerProcess)
+
+
+def make_clip(
+    tmp: Path, name: str, frames: int, size: tuple[int, int], fps: float, fourcc: str, seed: int
+) -> bytes:
+    """A clip of moving gradients with noise, encoded by OpenCV into `name`'s container."""
+    width, height = size
+    path = tmp / name
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), fps, (width, height))
+    assert writer.isOpened(), name
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+    for k in range(frames):
+        noise = rng.integers(0, 48, (height, width, 3)).astype(np.float32)
+        frame = np.clip((x + 23 * k) % 256 + noise, 0, 255).astype(np.uint8)
+        writer.write(frame)
+    writer.release()
+    return path.read_bytes()
+
+
+def data_uri(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def jpeg_frames(frames: int, size: tuple[int, int], seed: int) -> str:
+    """vLLM's frame list: data:video/jpeg;base64,<jpeg>,<jpeg>,..."""
+    rng = np.random.default_rng(seed)
+    width, height = size
+    encoded = []
+    for _ in range(frames):
+        frame = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
+        ok, jpeg = cv2.imencode(".jpg", frame)
+        assert ok
+        encoded.append(base64.b64encode(jpeg.tobytes()).decode())
+    return "data:video/jpeg;base64," + ",".join(encoded)
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("clips")
+    return {
+        "mp4": data_uri(make_clip(tmp, "a.mp4", 10, (90, 66), 5, "mp4v", 1), "video/mp4"),
+        "avi": data_uri(make_clip(tmp, "b.avi", 8, (70, 94), 4, "MJPG", 2), "video/x-msvideo"),
+        "long": data_uri(make_clip(tmp, "c.mp4", 12, (122, 58), 8, "mp4v", 3), "video/mp4"),
+        "frames": jpeg_frames(4, (64, 48), 4),
+        "one-frame": data_uri(make_clip(tmp, "d.mp4", 1, (90, 66), 5, "mp4v", 5), "video/mp4"),
+        "big": data_uri(make_clip(tmp, "e.avi", 40, (320, 240), 8, "MJPG", 6), "video/x-msvideo"),
+    }
+
+
+@pytest.fixture(scope="module")
+def engines(vision_model, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("video-engines")
+    common = {"limit_mm_per_prompt": LIMITS}
+    started = {
+        "vllm": VllmServerProcess(vision_model, logs / "vllm.log", **common),
+        "ours": WorkerProcess(vision_model, logs / "ours.log", mm_processor="inprocess", **common),
+    }
+    try:
+        yield {name: engine.wait_ready() for name, engine in started.items()}
+    finally:
+        for engine in started.values():
+            engine.stop()
+
+
+@pytest.fixture(scope="module")
+def gateways(vision_model, engines, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("video-gw")
+    worker = [engines["ours"].address]
+    started = {
+        "auto": GatewayProcess(
+            vision_model, worker, logs / "auto.log", "--max-video-bytes", str(MAX_VIDEO_BYTES)
+        ),
+        "gateway": GatewayProcess(
+            vision_model, worker, logs / "gateway.log", "--mm-processing", "gateway"
+        ),
+    }
+    try:
+        yield {name: gateway.wait_ready() for name, gateway in started.items()}
+    finally:
+        for gateway in started.values():
+            gateway.stop()
+
+
+def video(url: str) -> dict:
+    return {"type": "video_url", "video_url": {"url": url}}
+
+
+def image(url: str) -> dict:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def text(value: str) -> dict:
+    return {"type": "text", "text": value}
+
+
+def chat(base_url: str, model: str, content: list[dict]) -> httpx.Response:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        "max_tokens": 8,
+        "ignore_eos": True,
+        "logprobs": True,
+    }
+    return httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=300)
+
+
+CASES = {
+    "alone": lambda c: [video(c["mp4"]), text("Describe.")],
+    "around-text": lambda c: [text("First this:"), video(c["avi"]), text("What moves?")],
+    "odd-rate": lambda c: [video(c["long"]), text("Describe.")],
+    "frame-list": lambda c: [video(c["frames"]), text("Describe.")],
+    "with-image": lambda c: [image(data_uri(png_bytes(IMAGE), "image/png")), video(c["mp4"])],
+    "two-videos": lambda c: [video(c["avi"]), text("and"), video(c["long"]), text("Compare.")],
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_video_through_the_worker_equals_vllm_s_server(
+    case, clips, engines, gateways, vision_model
+):
+    content = CASES[case](clips)
+    want = chat(engines["vllm"].base_url, REFERENCE_NAME, content)
+    assert want.status_code == 200, want.text
+    got = chat(gateways["auto"].base_url, str(vision_model), content)
+    assert got.status_code == 200, got.text
+    want, got = want.json(), got.json()
+    assert got["usage"]["prompt_tokens"] == want["usage"]["prompt_tokens"]
+    assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"]
+    ours = got["choices"][0]["logprobs"]["content"]
+    theirs = want["choices"][0]["logprobs"]["content"]
+    assert [t["token"] for t in ours] == [t["token"] for t in theirs]
+    for a, b in zip(ours, theirs, strict=True):
+        assert abs(a["logprob"] - b["logprob"]) <= 1e-5, (a, b)
+
+
+def error_of(reply: httpx.Response) -> str:
+    return reply.json()["error"]["message"]
+
+
+def test_a_video_with_gateway_processing_is_a_400_naming_it(clips, gateways, vision_model):
+    reply = chat(gateways["gateway"].base_url, str(vision_model), [text("Hi"), video(clips["mp4"])])
+    assert reply.status_code == 400, reply.text
+    assert "messages[0].content[1]" in error_of(reply)
+    assert "no video processor" in error_of(reply)
+
+
+def test_a_video_over_the_byte_limit_is_a_400(clips, gateways, vision_model):
+    assert len(clips["big"]) * 3 // 4 > MAX_VIDEO_BYTES
+    reply = chat(gateways["auto"].base_url, str(vision_model), [video(clips["big"])])
+    assert reply.status_code == 400, reply.text
+    assert "video 0: video exceeds the" in error_of(reply)
+
+
+def test_more_videos_than_the_limit_is_a_400(clips, gateways, vision_model):
+    content = [video(clips["mp4"])] * (LIMITS["video"] + 1)
+    reply = chat(gateways["auto"].base_url, str(vision_model), content)
+    assert reply.status_code == 400, reply.text
+    assert "At most 2 video(s)" in error_of(reply)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        data_uri(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8, "video/mp4"),
+        data_uri(bytes(range(256)) * 8, "video/mp4"),
+        "data:video/jpeg;base64,AAAA,BBBB",
+        "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)).decode(),
+    ],
+    ids=["damaged-mp4", "not-a-container", "bad-frames", "image-labelled"],
+)
+def test_garbage_labelled_video_is_a_4xx(url, gateways, vision_model):
+    reply = chat(gateways["auto"].base_url, str(vision_model), [video(url)])
+    assert 400 <= reply.status_code < 500, reply.text
+    assert error_of(reply).startswith("invalid video: video 0: ")
+
+
+def test_a_one_frame_clip_is_served_or_refused_with_a_4xx(clips, engines, gateways, vision_model):
+    content = [video(clips["one-frame"]), text("Describe.")]
+    reply = chat(gateways["auto"].base_url, str(vision_model), content)
+    assert reply.status_code == 200 or 400 <= reply.status_code < 500, reply.text
+    # What vLLM's own server does with it, for the record (it refuses every one-frame clip).
+    theirs = chat(engines["vllm"].base_url, REFERENCE_NAME, content)
+    print(
+        f"one-frame clip: mmgate {reply.status_code} {reply.text[:200]!r}; "
+        f"vLLM {theirs.status_code} {theirs.text[:200]!r}"
+    )

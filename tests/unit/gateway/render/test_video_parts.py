@@ -1,0 +1,129 @@
+"""`video_url` content parts: their items, the placeholders vLLM writes for them, and the
+media_refs a worker gets (gateway.render.messages, gateway.render.worker_media)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from gateway.errors import ChatRequestError
+from gateway.render.messages import MediaItem, to_conversation
+from gateway.render.worker_media import fallback_placeholders, media_refs
+from multimodal.errors import MediaError
+from multimodal.media import MediaPolicy
+from protos import common_pb2
+
+QWEN2_VL = ("Qwen2VLForConditionalGeneration",)
+IMAGE_TEXT = "<|vision_start|><|image_pad|><|vision_end|>"
+VIDEO_TEXT = "<|vision_start|><|video_pad|><|vision_end|>"
+PLACEHOLDERS = {"image": IMAGE_TEXT, "video": VIDEO_TEXT}
+
+
+def parse(content, fmt="string", placeholders=PLACEHOLDERS, interleave=False):
+    messages = [{"role": "user", "content": content}]
+    conversation, media = to_conversation(messages, "", fmt, placeholders, interleave)
+    return conversation[0]["content"], media
+
+
+def video(url="data:video/mp4;base64,AAAA", **extra):
+    return {"type": "video_url", "video_url": {"url": url}, **extra}
+
+
+def image(url="data:image/png;base64,AAAA"):
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def test_a_video_part_is_an_item_and_vllm_s_placeholder():
+    content, media = parse([{"type": "text", "text": "Hi"}, video()])
+    assert content == f"{VIDEO_TEXT}\nHi"
+    assert media == [MediaItem("video", "data:video/mp4;base64,AAAA")]
+    assert media[0].part == "messages[0].content[1]"
+
+
+def test_openai_format_sees_a_video_part_with_its_extra_keys():
+    content, _ = parse([video(extra="kept")], fmt="openai")
+    assert content == [{"type": "video", "extra": "kept"}]
+
+
+def test_without_a_type_a_video_url_key_makes_a_video_and_a_string_url_works():
+    _, media = parse([{"video_url": "https://example.com/a.mp4"}])
+    assert media == [MediaItem("video", "https://example.com/a.mp4")]
+
+
+def test_mixed_media_keep_part_order_and_vllm_s_placeholder_grouping():
+    # vLLM groups a message's missing placeholders by modality, in first-appearance order
+    content, media = parse([video("v1"), image("i1"), video("v2"), {"type": "text", "text": "x"}])
+    assert [m.url for m in media] == ["v1", "i1", "v2"]
+    assert content == "\n".join([VIDEO_TEXT, VIDEO_TEXT, IMAGE_TEXT, "x"])
+
+
+def test_interleaved_markers_take_their_own_modality_s_next_placeholder():
+    content, _ = parse(
+        [{"type": "text", "text": "a"}, video("v"), image("i"), {"type": "text", "text": "b"}],
+        interleave=True,
+    )
+    assert content == "\n".join(["a", VIDEO_TEXT, IMAGE_TEXT, "b"])
+
+
+def test_a_video_without_url_or_for_a_model_without_video_is_refused():
+    with pytest.raises(ChatRequestError, match=r"content\[0\]\.video_url\.url is required"):
+        parse([{"type": "video_url", "video_url": {}}])
+    with pytest.raises(ChatRequestError, match="does not accept videos"):
+        parse([video()], placeholders={"image": IMAGE_TEXT})
+
+
+def test_fallback_placeholders_know_video_where_vllm_does():
+    qwen = fallback_placeholders(QWEN2_VL)
+    assert (qwen["image"](1), qwen["video"](1)) == (IMAGE_TEXT, VIDEO_TEXT)
+    # LFM2-VL has an image placeholder only: no video part is taken for it
+    assert set(fallback_placeholders(("Lfm2VlForConditionalGeneration",))) == {"image"}
+
+
+def mp4(tmp_path, frames=4) -> bytes:
+    path = tmp_path / "a.mp4"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 4, (34, 26))
+    for k in range(frames):
+        writer.write(np.full((26, 34, 3), 20 * k, np.uint8))
+    writer.release()
+    return path.read_bytes()
+
+
+def png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 6), (9, 9, 9)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def test_videos_and_images_go_to_the_worker_in_prompt_order(tmp_path):
+    clip = mp4(tmp_path)
+    items = [
+        MediaItem("video", f"data:video/mp4;base64,{b64(clip)}"),
+        MediaItem("image", f"data:image/png;base64,{b64(png())}"),
+    ]
+    out = asyncio.run(media_refs(items, MediaPolicy(), None))
+    assert [r.modality for r in out.items] == [common_pb2.VIDEO, common_pb2.IMAGE]
+    assert out.items[0].url == f"data:video/mp4;base64,{b64(clip)}"
+
+
+def test_a_bad_item_is_named_by_its_modality_and_index_among_them(tmp_path):
+    items = [
+        MediaItem("image", f"data:image/png;base64,{b64(png())}"),
+        MediaItem("video", f"data:video/mp4;base64,{b64(mp4(tmp_path))}"),
+        MediaItem("video", f"data:video/mp4;base64,{b64(b'nothing' * 10)}"),
+    ]
+    with pytest.raises(MediaError) as info:
+        asyncio.run(media_refs(items, MediaPolicy(), None))
+    assert info.value.message.startswith("invalid video: video 1: not a supported video")
+    small = MediaPolicy(max_video_bytes=100)
+    with pytest.raises(MediaError, match="video 0: video exceeds the 100 bytes size limit"):
+        asyncio.run(media_refs(items[:2], small, None))
