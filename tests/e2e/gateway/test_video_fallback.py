@@ -19,7 +19,7 @@ from tests.support.engines import VllmServerProcess, WorkerProcess
 from tests.support.gateway_process import GatewayProcess
 
 LIMITS = {"image": 2, "video": 2}
-MAX_VIDEO_BYTES = 2_000_000  # the auto gateway's --max-video-bytes
+MAX_VIDEO_BYTES = 500_000  # the auto gateway's --max-video-bytes
 REFERENCE_NAME = "tiny"  # the name vLLM's server answers to (VllmServerProcess)
 
 
