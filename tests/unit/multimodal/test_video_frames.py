@@ -1,0 +1,143 @@
+"""The frames multimodal.video_frames picks are the ones vLLM's own Qwen2-VL and Qwen3-VL
+video loaders decode. Clips are written here by OpenCV (MJPG in AVI, so frames decode
+almost exactly), each frame painted with its own index so a decoded frame reveals it."""
+
+from __future__ import annotations
+
+import io
+
+import cv2
+import numpy as np
+import pytest
+
+from multimodal.video_frames import qwen2_vl_frames, qwen3_vl_frames
+
+video = pytest.importorskip("vllm.multimodal.video")
+
+# The frame index in two flat gray halves, 16x16 blocks each (aligned with JPEG's blocks):
+# left = index // 16, right = index % 16, each level 16 * digit + 8.
+_HEIGHT, _WIDTH = 16, 32
+
+
+def _frame(index: int) -> np.ndarray:
+    frame = np.empty((_HEIGHT, _WIDTH, 3), dtype=np.uint8)
+    frame[:, :16] = 16 * (index // 16) + 8
+    frame[:, 16:] = 16 * (index % 16) + 8
+    return frame
+
+
+def _index(frame: np.ndarray) -> int:
+    high, low = (round((float(half.mean()) - 8) / 16) for half in (frame[:, :16], frame[:, 16:]))
+    return 16 * high + low
+
+
+_CLIPS: dict[tuple[int, float], bytes] = {}
+
+
+def clip(tmp_path_factory, frames: int, fps: float) -> bytes:
+    if (frames, fps) not in _CLIPS:
+        path = tmp_path_factory.mktemp("clips") / f"{frames}_{fps}.avi"
+        fourcc = cv2.VideoWriter_fourcc(*"MJPG")
+        writer = cv2.VideoWriter(str(path), fourcc, fps, (_WIDTH, _HEIGHT))
+        for index in range(frames):
+            writer.write(_frame(index))
+        writer.release()
+        _CLIPS[frames, fps] = path.read_bytes()
+    return _CLIPS[frames, fps]
+
+
+def vllm_frames(processor: str, data: bytes, **media_io_kwargs) -> list[int]:
+    """The source indices vLLM's loader for ``processor`` decodes, called as VideoMediaIO
+    calls it (``num_frames`` 32 unless the request sets it), read from the frames' pixels
+    and checked against the loader's metadata."""
+    backend = video.get_video_loader_backend_for_processor(processor)
+    loader = video.VIDEO_LOADER_REGISTRY.load(backend)
+    num_frames = media_io_kwargs.pop("num_frames", 32)
+    frames, metadata = loader.load_bytes(data, num_frames=num_frames, **media_io_kwargs)
+    decoded = [_index(frame) for frame in frames]
+    assert decoded == metadata["frames_indices"]
+    return decoded
+
+
+def facts(data: bytes) -> tuple[int, float]:
+    """Frame count (after the seek-to-end correction) and rate, as vLLM's loader reads them."""
+    from vllm.multimodal.video_decoders.opencv import OpenCVVideoBackendMixin as OpenCV
+
+    stream = io.BytesIO(data)  # must outlive the capture, which reads it until release()
+    capture = cv2.VideoCapture(stream, OpenCV.get_cv2_video_api(), [])
+    try:
+        source = OpenCV.get_video_metadata(capture)
+    finally:
+        capture.release()
+    return source.total_frames_num, source.original_fps
+
+
+LENGTHS = [2, 3, 7, 16, 17, 45, 100]
+RATES = [2.0, 2.4, 7.5, 24.0, 30.0]
+REQUESTS = [{}, {"fps": 1}, {"fps": 5.5}, {"fps": 60}, {"num_frames": 5}]
+
+
+@pytest.mark.parametrize("frames", LENGTHS)
+@pytest.mark.parametrize("rate", RATES)
+def test_qwen2_vl_picks_vllms_frames(tmp_path_factory, frames, rate):
+    data = clip(tmp_path_factory, frames, rate)
+    total, source_fps = facts(data)
+    assert total == frames
+    for request in REQUESTS:
+        expected = vllm_frames("Qwen2VLVideoProcessor", data, **request)
+        fps = request.get("fps", 2)
+        assert qwen2_vl_frames(total, source_fps, fps=fps) == expected, request
+
+
+@pytest.mark.parametrize("frames", LENGTHS)
+@pytest.mark.parametrize("rate", RATES)
+def test_qwen3_vl_picks_vllms_frames(tmp_path_factory, frames, rate):
+    data = clip(tmp_path_factory, frames, rate)
+    total, source_fps = facts(data)
+    for request in REQUESTS:
+        expected = vllm_frames("Qwen3VLVideoProcessor", data, **request)
+        fps = request.get("fps", 2)
+        assert qwen3_vl_frames(total, source_fps, fps=fps) == expected, request
+
+
+def test_sampling_options_from_media_io_kwargs(tmp_path_factory):
+    data = clip(tmp_path_factory, 100, 30.0)
+    total, source_fps = facts(data)
+    options = {"fps": 30, "min_frames": 2, "max_frames": 10}
+    assert qwen2_vl_frames(total, source_fps, **options) == vllm_frames(
+        "Qwen2VLVideoProcessor", data, **options
+    )
+    assert qwen3_vl_frames(total, source_fps, **options) == vllm_frames(
+        "Qwen3VLVideoProcessor", data, **options
+    )
+
+
+def test_the_rules_the_issue_states():
+    # Qwen2/2.5: an even count in even steps, short of the last frame; 3 frames give 2.
+    assert qwen2_vl_frames(3, 30.0) == [0, 1]
+    assert qwen2_vl_frames(100, 30.0) == [0, 16, 33, 50, 66, 83]
+    # ...except where float32 steps add one: 17 frames at 2.4 fps give 15, the last included.
+    assert qwen2_vl_frames(17, 2.4) == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16]
+    # Qwen3: evenly spaced, rounded, ending on the last frame, at least 4 (the clip allowing).
+    assert qwen3_vl_frames(100, 30.0) == [0, 20, 40, 59, 79, 99]
+    assert qwen3_vl_frames(45, 30.0) == [0, 15, 29, 44]
+    assert qwen3_vl_frames(3, 30.0) == [0, 1, 2]
+
+
+def test_where_vllm_fails_we_refuse():
+    with pytest.raises(ValueError):
+        qwen2_vl_frames(1, 30.0)  # vLLM divides by zero (a 500)
+    with pytest.raises(ValueError):
+        qwen2_vl_frames(30, 0.0)
+    assert qwen3_vl_frames(48, 0.0) == qwen3_vl_frames(48, 24.0)
+
+
+def test_float32_arange_matches_torch():
+    torch = pytest.importorskip("torch")
+    from multimodal.video_frames import _torch_float32_arange
+
+    for total in range(2, 400):
+        for count in range(2, total + 1, 2):
+            step = total / count
+            expected = torch.arange(0, total, step).int().tolist()
+            assert _torch_float32_arange(total, step).tolist() == expected, (total, count)
