@@ -1,6 +1,7 @@
-"""The frames multimodal.video_frames picks are the ones vLLM's own Qwen2-VL and Qwen3-VL
-video loaders decode. Clips are written here by OpenCV (MJPG in AVI, so frames decode
-almost exactly), each frame painted with its own index so a decoded frame reveals it."""
+"""The frames multimodal.video_frames picks, and multimodal.video_decode decodes, are the
+ones vLLM's own Qwen2-VL and Qwen3-VL video loaders decode. Clips are written here by
+OpenCV (MJPG in AVI, so frames decode almost exactly), each frame painted with its own
+index so a decoded frame reveals it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import cv2
 import numpy as np
 import pytest
 
+from multimodal.video_decode import decode_picked_frames
 from multimodal.video_frames import qwen2_vl_frames, qwen3_vl_frames
 
 video = pytest.importorskip("vllm.multimodal.video")
@@ -141,3 +143,43 @@ def test_float32_arange_matches_torch():
             step = total / count
             expected = torch.arange(0, total, step).int().tolist()
             assert _torch_float32_arange(total, step).tolist() == expected, (total, count)
+
+
+@pytest.mark.parametrize(
+    ("processor", "pick"),
+    [("Qwen2VLVideoProcessor", qwen2_vl_frames), ("Qwen3VLVideoProcessor", qwen3_vl_frames)],
+)
+@pytest.mark.parametrize(("frames", "rate"), [(2, 7.5), (17, 2.4), (45, 30.0), (100, 24.0)])
+def test_decoded_frames_are_vllms(tmp_path_factory, processor, pick, frames, rate):
+    data = clip(tmp_path_factory, frames, rate)
+    backend = video.get_video_loader_backend_for_processor(processor)
+    expected, metadata = video.VIDEO_LOADER_REGISTRY.load(backend).load_bytes(data, num_frames=32)
+    decoded = decode_picked_frames(data, pick)
+    assert decoded.indices == metadata["frames_indices"]
+    assert (decoded.total_frames, decoded.fps) == (metadata["total_num_frames"], metadata["fps"])
+    assert decoded.frames.dtype == np.uint8
+    np.testing.assert_array_equal(decoded.frames, expected)
+
+
+def test_decoding_an_mp4_clip(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mp4") / "c.mp4"
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 24.0, (_WIDTH, _HEIGHT))
+    for index in range(30):
+        writer.write(_frame(index))
+    writer.release()
+    data = path.read_bytes()
+    expected, metadata = video.VIDEO_LOADER_REGISTRY.load("qwen3_vl").load_bytes(data)
+    decoded = decode_picked_frames(data, qwen3_vl_frames)
+    assert decoded.indices == metadata["frames_indices"] == [0, 10, 19, 29]
+    np.testing.assert_array_equal(decoded.frames, expected)
+
+
+def test_a_one_frame_clip_decodes_no_frame_as_in_vllm(tmp_path_factory):
+    # vLLM's seek to the end and back leaves a one-frame clip's only frame unreadable.
+    data = clip(tmp_path_factory, 1, 24.0)
+    _, metadata = video.VIDEO_LOADER_REGISTRY.load("qwen3_vl").load_bytes(data)
+    decoded = decode_picked_frames(data, qwen3_vl_frames)
+    assert decoded.indices == metadata["frames_indices"] == []
+    assert decoded.frames.shape == (0, _HEIGHT, _WIDTH, 3)
+    with pytest.raises(ValueError):
+        decode_picked_frames(data, qwen2_vl_frames)

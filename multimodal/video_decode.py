@@ -1,0 +1,102 @@
+"""Decode the frames of a clip that vLLM's OpenCV video loader would decode, as it does.
+
+vLLM 0.32 (``vllm/multimodal/video_decoders/opencv.py``, without frame recovery) opens the
+bytes in memory with OpenCV's first stream-buffered backend, reads the frame count and
+rate, corrects the count by seeking to the end of the stream (then back to frame 0), lets
+the loader pick indices from those facts, and grabs every frame up to the last one picked,
+keeping the picked ones in RGB. A frame that fails to grab or retrieve is dropped, so the
+returned indices can be fewer than those picked. Blocking: call it off the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from io import BytesIO
+
+import numpy as np
+
+__all__ = ["DecodedClip", "decode_picked_frames"]
+
+
+@dataclass(frozen=True)
+class DecodedClip:
+    """The frames kept (N, H, W, 3 uint8 RGB), their source indices, and the clip's facts
+    the picking saw (the corrected frame count and the container's rate)."""
+
+    frames: np.ndarray
+    indices: list[int]
+    total_frames: int
+    fps: float
+
+
+def decode_picked_frames(data: bytes, pick: Callable[[int, float], list[int]]) -> DecodedClip:
+    """Decode the frames ``pick(total_frames, fps)`` chooses, e.g.
+    ``lambda total, fps: qwen3_vl_frames(total, fps)``. Raises ValueError if OpenCV cannot
+    open the bytes (as vLLM's loader does)."""
+    import cv2
+    import cv2.videoio_registry as registry
+
+    stream = BytesIO(data)  # must outlive the capture, which reads it until release()
+    capture = cv2.VideoCapture(stream, _backend(registry), [])
+    try:
+        if not capture.isOpened():
+            raise ValueError("Could not open video stream")
+        total, fps = _corrected_facts(capture)
+        picked = pick(total, fps)
+        frames, kept = _read(capture, set(picked), max(picked))
+        return DecodedClip(frames, kept, total, fps)
+    finally:
+        capture.release()
+        stream.close()
+
+
+def _backend(registry) -> int | None:
+    """vLLM's get_cv2_video_api: the first stream-buffered backend present, a plugin only
+    if its ABI/API is at least 1.2."""
+    for backend in registry.getStreamBufferedBackends():
+        if not registry.hasBackend(backend):
+            continue
+        if not registry.isBackendBuiltIn(backend):
+            _, abi, api = registry.getStreamBufferedBackendPluginVersion(backend)
+            if abi < 1 or (abi == 1 and api < 2):
+                continue
+        return backend
+    return None
+
+
+def _corrected_facts(capture) -> tuple[int, float]:
+    """vLLM's get_video_metadata: the header's count, lowered to the position an
+    end-of-stream seek reports when the stream really ends there and the header counted
+    more than one frame extra (an mp4 edit list hiding a lead-in)."""
+    import cv2
+
+    total = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    fps = capture.get(cv2.CAP_PROP_FPS)
+    if total > 0 and capture.set(cv2.CAP_PROP_POS_AVI_RATIO, 1.0):
+        visible = int(capture.get(cv2.CAP_PROP_POS_FRAMES))
+        at_end = not capture.grab()
+        capture.set(cv2.CAP_PROP_POS_FRAMES, 0)
+        if at_end and 0 < visible < total - 1:
+            total = visible
+    return total, fps
+
+
+def _read(capture, picked: set[int], last: int) -> tuple[np.ndarray, list[int]]:
+    """vLLM's _read_frames_no_recovery: grab frames 0..last in order, keep the picked ones
+    that grab and retrieve, in RGB."""
+    import cv2
+
+    frames, kept = [], []
+    for index in range(last + 1):
+        if not capture.grab() or index not in picked:
+            continue
+        ok, frame = capture.retrieve()
+        if ok:
+            frames.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
+            kept.append(index)
+    if not frames:
+        width = int(capture.get(cv2.CAP_PROP_FRAME_WIDTH))
+        height = int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        return np.empty((0, height, width, 3), dtype=np.uint8), kept
+    return np.stack(frames), kept
