@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import binascii
 from dataclasses import dataclass
-from io import BytesIO
 
 import pybase64
 
 from multimodal.decode import check_header
 from multimodal.errors import MediaDecodeError, MediaSourceError, MediaTooLargeError
 from multimodal.policy import MediaPolicy, byte_limit_error
+from multimodal.video_decode import open_capture
 
 __all__ = ["FRAME_LIST_MIME", "VideoInfo", "checked_video", "probe_video", "sniff_container"]
 
@@ -76,31 +76,19 @@ def sniff_container(data: bytes) -> str | None:
 
 def probe_video(data: bytes) -> VideoInfo:
     """The frame count, size and rate OpenCV reads from the container in memory, opened as
-    vLLM opens it (the first stream-buffered backend, FFmpeg)."""
+    vLLM opens it (`video_decode.open_capture`)."""
     import cv2
-    import cv2.videoio_registry as registry
 
-    backends = [b for b in registry.getStreamBufferedBackends() if registry.hasBackend(b)]
-    if not backends:
-        raise MediaDecodeError("this server cannot read videos (no OpenCV backend)", kind="video")
-    # The stream must outlive the capture: OpenCV reads it until release().
-    stream = BytesIO(data)
     try:
-        capture = cv2.VideoCapture(stream, backends[0], [])
-    except cv2.error:
-        capture = None
-    if capture is None or not capture.isOpened():
-        raise MediaDecodeError("the video cannot be opened (damaged or not a video)", kind="video")
-    try:
-        return VideoInfo(
-            frames=int(capture.get(cv2.CAP_PROP_FRAME_COUNT)),
-            width=int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)),
-            height=int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)),
-            fps=float(capture.get(cv2.CAP_PROP_FPS)),
-        )
-    finally:
-        capture.release()
-        stream.close()
+        with open_capture(data) as capture:
+            return VideoInfo(
+                frames=int(capture.get(cv2.CAP_PROP_FRAME_COUNT)),
+                width=int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)),
+                height=int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)),
+                fps=float(capture.get(cv2.CAP_PROP_FPS)),
+            )
+    except ValueError as error:
+        raise MediaDecodeError(str(error), kind="video") from None
 
 
 def _check_info(info: VideoInfo, policy: MediaPolicy) -> None:

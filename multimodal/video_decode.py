@@ -10,13 +10,15 @@ returned indices can be fewer than those picked. Blocking: call it off the event
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from io import BytesIO
+from typing import Any
 
 import numpy as np
 
-__all__ = ["DecodedClip", "decode_picked_frames"]
+__all__ = ["DecodedClip", "decode_picked_frames", "open_capture"]
 
 
 @dataclass(frozen=True)
@@ -34,18 +36,33 @@ def decode_picked_frames(data: bytes, pick: Callable[[int, float], list[int]]) -
     """Decode the frames ``pick(total_frames, fps)`` chooses, e.g.
     ``lambda total, fps: qwen3_vl_frames(total, fps)``. Raises ValueError if OpenCV cannot
     open the bytes (as vLLM's loader does)."""
-    import cv2
-    import cv2.videoio_registry as registry
-
-    stream = BytesIO(data)  # must outlive the capture, which reads it until release()
-    capture = cv2.VideoCapture(stream, _backend(registry), [])
-    try:
-        if not capture.isOpened():
-            raise ValueError("Could not open video stream")
+    with open_capture(data) as capture:
         total, fps = _corrected_facts(capture)
         picked = pick(total, fps)
         frames, kept = _read(capture, set(picked), max(picked))
         return DecodedClip(frames, kept, total, fps)
+
+
+@contextmanager
+def open_capture(data: bytes) -> Iterator[Any]:
+    """The clip opened from memory as vLLM opens it (a cv2.VideoCapture), released after the
+    block. Raises ValueError if no backend reads memory or the bytes do not open."""
+    import cv2
+    import cv2.videoio_registry as registry
+
+    backend = _backend(registry)
+    if backend is None:
+        raise ValueError("this server cannot read videos (no OpenCV backend)")
+    stream = BytesIO(data)  # must outlive the capture, which reads it until release()
+    try:
+        capture = cv2.VideoCapture(stream, backend, [])
+    except cv2.error:
+        capture = None
+    if capture is None or not capture.isOpened():
+        stream.close()
+        raise ValueError("the video cannot be opened (damaged or not a video)")
+    try:
+        yield capture
     finally:
         capture.release()
         stream.close()
