@@ -1,9 +1,10 @@
 """Check a client-supplied video before a worker decodes it: bytes, container, frames.
 
-The gateway does not preprocess video yet: a worker started with `--mm-processor inprocess`
-runs vLLM's own loader on it. The gateway still fetches each clip under its own policy and
-forwards exactly the checked bytes, so it refuses here, with a 400 naming the clip, what that
-loader would choke on or what the operator does not allow:
+Two uses: for a model whose videos the gateway preprocesses, `load_video` decodes the frames
+the family's loader picks (`VideoProcessor.pick_frames`); for the others a worker started with
+`--mm-processor inprocess` runs vLLM's own loader, and `checked_video` gives it exactly the
+checked bytes. Both refuse, with a 400 naming the clip, what vLLM's loader would choke on or
+what the operator does not allow:
 
 - a container vLLM's OpenCV loader reads (MP4/QuickTime, Matroska/WebM, AVI), sniffed from the
   bytes, at most ``MediaPolicy.max_video_bytes`` (``--max-video-bytes``);
@@ -14,24 +15,55 @@ loader would choke on or what the operator does not allow:
   whose header passes the image rules, all of them within the byte limit.
 
 Reading the header opens the clip with OpenCV (FFmpeg) but decodes no frame. Blocking: call
-it off the event loop.
+both off the event loop.
 """
 
 from __future__ import annotations
 
 import binascii
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pybase64
 
-from multimodal.decode import check_header
+from multimodal.decode import check_header, decode_pixels
 from multimodal.errors import MediaDecodeError, MediaSourceError, MediaTooLargeError
+from multimodal.media import source_bytes
 from multimodal.policy import MediaPolicy, byte_limit_error
-from multimodal.video_decode import open_capture
+from multimodal.video_decode import DecodedClip, decode_picked_frames, open_capture
 
-__all__ = ["FRAME_LIST_MIME", "VideoInfo", "checked_video", "probe_video", "sniff_container"]
+__all__ = [
+    "FRAME_LIST_MIME",
+    "LoadedVideo",
+    "VideoInfo",
+    "checked_video",
+    "load_video",
+    "probe_video",
+    "sniff_container",
+]
 
 FRAME_LIST_MIME = "video/jpeg"  # vLLM's name for a list of base64 frames in one data: URL
+# vLLM's VideoMediaIO keeps the first num_frames (32 unless --media-io-kwargs says otherwise)
+# frames of a frame list, whatever the model's loader.
+FRAME_LIST_FRAMES = 32
+# pick(total_frames, fps) -> the source frames to keep (VideoProcessor.pick_frames).
+FramePicker = Callable[[int, float], list[int]]
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedVideo:
+    """A clip's decoded frames and the exact bytes it came from (the input of its hash)."""
+
+    clip: DecodedClip
+    data: bytes
+
+    @property
+    def pixels(self) -> DecodedClip:
+        """What the family's VideoProcessor.process takes."""
+        return self.clip
+
+
 _CONTAINERS = "MP4, MOV, WebM, MKV or AVI"
 
 
@@ -49,8 +81,6 @@ def checked_video(source: str, raw: bytes | None, policy: MediaPolicy) -> str:
     """Blocking: the ``data:`` URL a worker gets for one video source, after the checks
     above. ``raw``: the downloaded bytes of an http(s) source, None for the others.
     ``policy`` is the request's (its video byte limit applies here)."""
-    from multimodal.media import source_bytes
-
     video_policy = policy.for_video()
     if raw is None and _is_frame_list(source):
         return _checked_frame_list(source, video_policy)
@@ -61,6 +91,38 @@ def checked_video(source: str, raw: bytes | None, policy: MediaPolicy) -> str:
     info = probe_video(data)
     _check_info(info, policy)
     return f"data:{mime};base64,{pybase64.b64encode(data).decode('ascii')}"
+
+
+def load_video(
+    source: str, raw: bytes | None, policy: MediaPolicy, pick: FramePicker
+) -> LoadedVideo:
+    """Blocking: the frames of one video source that `pick` chooses, decoded as vLLM's OpenCV
+    loader decodes them, after the checks above. A frame list is taken whole (its first 32
+    frames, as vLLM), at 1 fps, as vLLM's loader reports it."""
+    video_policy = policy.for_video()
+    if raw is None and _is_frame_list(source):
+        return _decoded_frame_list(_checked_frame_list(source, video_policy), policy)
+    data, _ = source_bytes(source, raw, video_policy)
+    if sniff_container(data) is None:
+        raise MediaDecodeError(f"not a supported video container ({_CONTAINERS})", kind="video")
+    _check_info(probe_video(data), policy)
+    try:
+        clip = decode_picked_frames(data, pick)
+    except ValueError as error:  # the loader cannot sample the clip, or OpenCV cannot open it
+        raise MediaDecodeError(str(error), kind="video") from None
+    if not clip.indices:
+        raise MediaDecodeError("none of the video's frames could be decoded", kind="video")
+    return LoadedVideo(clip, data)
+
+
+def _decoded_frame_list(checked: str, policy: MediaPolicy) -> LoadedVideo:
+    encoded = checked.partition(",")[2].split(",")[:FRAME_LIST_FRAMES]
+    frames = [np.asarray(decode_pixels(pybase64.b64decode(f), policy)[0]) for f in encoded]
+    if len({f.shape for f in frames}) > 1:
+        raise MediaDecodeError("the frames of a frame list must all have one size", kind="video")
+    count = len(frames)
+    clip = DecodedClip(np.stack(frames), list(range(count)), count, 1.0)
+    return LoadedVideo(clip, checked.encode())
 
 
 def sniff_container(data: bytes) -> str | None:

@@ -33,6 +33,7 @@ __all__ = [
     "OptionError",
     "ProcessedItems",
     "UnsupportedModel",
+    "VideoProcessor",
     "matches_model",
 ]
 
@@ -140,8 +141,24 @@ class ItemProcessor(ABC):
         return ids, ranges
 
     @abstractmethod
-    def process(
-        self, items: Sequence[np.ndarray], settings: Any, raw_pixels: bool
-    ) -> ProcessedItems:
-        """HxWx3 uint8 RGB arrays to tensors, with `settings` from `resolve`; `raw_pixels`
-        keeps uint8 for engines that normalize on device."""
+    def process(self, items: Sequence[Any], settings: Any, raw_pixels: bool) -> ProcessedItems:
+        """Decoded items to tensors, with `settings` from `resolve`; `raw_pixels` keeps uint8
+        for engines that normalize on device. Images are HxWx3 uint8 RGB arrays; videos are
+        `multimodal.video_decode.DecodedClip`s (see `VideoProcessor`)."""
+
+
+class VideoProcessor(ItemProcessor):
+    """A family's videos. vLLM decodes only the frames its video loader picks for the model
+    (chosen from the checkpoint's video processor class), so the family says which
+    (`pick_frames`), the clip is decoded with those (`multimodal.video.load_video`), and
+    `process` gets `DecodedClip`s: the kept frames (N, H, W, 3 uint8 RGB), their source
+    indices, the corrected frame count and the container's rate, which timestamps and
+    `second_per_grid_ts` come from."""
+
+    modality: ClassVar[Modality] = "video"
+
+    @abstractmethod
+    def pick_frames(self, total_frames: int, fps: float, settings: Any) -> list[int]:
+        """The source frames vLLM's loader keeps of a clip of `total_frames` frames (after the
+        decoder's seek-to-the-end correction) at `fps` (the container's; 0 when unknown).
+        Raises OptionError for a clip the loader cannot sample (vLLM fails there)."""
