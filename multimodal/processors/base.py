@@ -58,6 +58,9 @@ class ModelConfigs(Protocol):
     def preprocessor(self) -> Mapping[str, Any]: ...  # the image processor's config
 
     @property
+    def video_preprocessor(self) -> Mapping[str, Any]: ...  # the video processor's config
+
+    @property
     def vocab(self) -> Mapping[str, int]: ...  # token text -> id, added tokens included
 
     @property

@@ -142,3 +142,43 @@ def fit_within(height: int, width: int, target_h: int, target_w: int) -> tuple[i
     if scale_w < scale_h:
         return min(math.ceil(height * scale_w), target_h), target_w
     return target_h, min(math.ceil(width * scale_h), target_w)
+
+
+def resize_frames(frames: np.ndarray, height: int, width: int, method: str) -> np.ndarray:
+    """(N, H, W, C) uint8 frames, each resized as one image: torchvision resizes a video
+    tensor frame by frame (the filter is spatial only), so the bytes are the image path's."""
+    if frames.shape[1:3] == (height, width):
+        return frames
+    out = np.empty((len(frames), height, width, frames.shape[3]), np.uint8)
+    for k, frame in enumerate(frames):
+        out[k] = resize(frame, height, width, method)
+    return out
+
+
+def temporal_patches(
+    frames: np.ndarray,
+    patch: int,
+    merge: int,
+    temporal: int,
+    normalize: tuple[np.ndarray, np.ndarray] | None,
+) -> np.ndarray:
+    """transformers' Qwen2-VL video `patchify` on resized (N, H, W, 3) uint8 frames: a count
+    not divisible by `temporal` padded by repeating the last frame; one row per
+    (t, h, w) patch, merge groups adjacent, each row (channel, temporal, row, column).
+    uint8 rows if `normalize` is None, else float32 (x - mean) / std with (mean, std) from
+    `fused_normalization` (transformers normalizes before the layout; per element the same)."""
+    if pad_count := -len(frames) % temporal:
+        frames = np.concatenate([frames, np.repeat(frames[-1:], pad_count, axis=0)])
+    n, h, w, c = frames.shape
+    gt, gh, gw = n // temporal, h // patch, w // patch
+    blocks = frames.reshape(gt, temporal, gh // merge, merge, patch, gw // merge, merge, patch, c)
+    # -> (gt, gh/m, gw/m, m, m, c, temporal, p, p)
+    blocks = blocks.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
+    if normalize is None:
+        return np.ascontiguousarray(blocks).reshape(gt * gh * gw, c * temporal * patch * patch)
+    mean, std = normalize
+    shape = (gt * gh * gw, c * temporal * patch * patch)
+    out = np.empty(blocks.shape, np.float32)
+    np.subtract(blocks, mean.reshape(c, 1, 1, 1), out=out, dtype=np.float32)
+    np.divide(out, std.reshape(c, 1, 1, 1), out=out)
+    return out.reshape(shape)
