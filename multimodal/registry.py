@@ -18,6 +18,7 @@ from multimodal.processors.llava_next import LlavaNextProcessor
 from multimodal.processors.llava_onevision import LlavaOnevisionProcessor
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
+from multimodal.processors.qwen_vl_video import QwenVLVideoProcessor
 
 FAMILIES: tuple[type[ItemProcessor], ...] = (
     QwenVLProcessor,
@@ -34,6 +35,8 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     InternVLProcessor,
     Glm4vProcessor,
     KimiK25Processor,
+    # videos
+    QwenVLVideoProcessor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]
