@@ -23,7 +23,8 @@ def vllm_video_inputs(
     options: dict | None = None,
     **config: Any,
 ) -> dict[str, Any]:
-    """{"prompt_token_ids": [...], "video": [{tensor name: array}, ...], "image": [...]} for a
+    """{"prompt_token_ids": [...], "dtype": the model's, "video": [{tensor name: array}, ...],
+    "image": [...]} (bfloat16 tensors as float32 arrays of their values) for a
     user message of the images' parts, then the videos' (URLs: data: URIs), then `text`.
     `options`: mm_processor_kwargs; `config`: more of vLLM's ModelConfig."""
     from transformers import AutoTokenizer
@@ -50,7 +51,12 @@ def vllm_video_inputs(
     items = processor.info.parse_mm_data(data)
     inputs = ProcessorInputs(ids, items, hf_processor_mm_kwargs=options or {})
     out = processor.apply(inputs, TimingContext(enabled=False))
-    result: dict[str, Any] = {"prompt_token_ids": list(out["prompt_token_ids"])}
+    # Floating tensors come out in the model's dtype (vLLM casts them after its processor; our
+    # engine casts the wire's float32 the same way): "dtype" says which.
+    result: dict[str, Any] = {
+        "prompt_token_ids": list(out["prompt_token_ids"]),
+        "dtype": str(model_config.dtype).removeprefix("torch."),
+    }
     for modality, kwargs_items in out["mm_kwargs"].items():
         result[modality] = [
             {key: _array(element.data) for key, element in item.items()} for item in kwargs_items
