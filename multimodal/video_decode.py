@@ -10,6 +10,8 @@ returned indices can be fewer than those picked. Blocking: call it off the event
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,14 +34,17 @@ class DecodedClip:
     fps: float
 
 
-def decode_picked_frames(data: bytes, pick: Callable[[int, float], list[int]]) -> DecodedClip:
+def decode_picked_frames(
+    data: bytes, pick: Callable[[int, float], list[int]], deadline: float = math.inf
+) -> DecodedClip:
     """Decode the frames ``pick(total_frames, fps)`` chooses, e.g.
     ``lambda total, fps: qwen3_vl_frames(total, fps)``. Raises ValueError if OpenCV cannot
-    open the bytes (as vLLM's loader does)."""
+    open the bytes (as vLLM's loader does), TimeoutError past ``deadline`` (a
+    ``time.monotonic()`` value)."""
     with open_capture(data) as capture:
         total, fps = _corrected_facts(capture)
         picked = pick(total, fps)
-        frames, kept = _read(capture, set(picked), max(picked))
+        frames, kept = _read(capture, set(picked), max(picked), deadline)
         return DecodedClip(frames, kept, total, fps)
 
 
@@ -99,13 +104,15 @@ def _corrected_facts(capture) -> tuple[int, float]:
     return total, fps
 
 
-def _read(capture, picked: set[int], last: int) -> tuple[np.ndarray, list[int]]:
+def _read(capture, picked: set[int], last: int, deadline: float) -> tuple[np.ndarray, list[int]]:
     """vLLM's _read_frames_no_recovery: grab frames 0..last in order, keep the picked ones
     that grab and retrieve, in RGB."""
     import cv2
 
     frames, kept = [], []
     for index in range(last + 1):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"decoding stopped at frame {index} of {last + 1}")
         if not capture.grab() or index not in picked:
             continue
         ok, frame = capture.retrieve()

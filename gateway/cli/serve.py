@@ -61,6 +61,30 @@ def build_parser() -> argparse.ArgumentParser:
         "also refuses inline items above its --mm-max-item-bytes (32 MiB by default)",
     )
     p.add_argument(
+        "--max-video-frames",
+        type=_positive,
+        default=18_000,  # MediaPolicy.max_video_frames
+        metavar="N",
+        help="the most frames a video's container may state; more is a 400 (%(default)s: ten "
+        "minutes at 30 fps). Decoding reads every frame up to the last one sampled",
+    )
+    p.add_argument(
+        "--max-video-seconds",
+        type=_positive_float,
+        default=600.0,  # MediaPolicy.max_video_seconds
+        metavar="SECONDS",
+        help="the longest video accepted, from its container's frame count and rate; longer "
+        "is a 400 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--video-decode-timeout",
+        type=_positive_float,
+        default=30.0,  # MediaPolicy.video_decode_timeout
+        metavar="SECONDS",
+        help="how long the gateway may spend decoding one video's frames; longer is a 400 "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
         "--allow-private-media-networks",
         nargs="*",
         default=[],
@@ -251,6 +275,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # (refuses nan too)
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     import uvicorn
 
@@ -289,6 +320,9 @@ def main(argv: list[str]) -> int:
         allowed_networks=tuple(args.allow_private_media_networks),
         local_root=args.allowed_local_media_path,
         max_video_bytes=args.max_video_bytes,
+        max_video_frames=args.max_video_frames,
+        max_video_seconds=args.max_video_seconds,
+        video_decode_timeout=args.video_decode_timeout,
     )
     config = GatewayConfig(
         model=args.model,
