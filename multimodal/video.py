@@ -34,7 +34,12 @@ from multimodal.decode import check_header, decode_pixels
 from multimodal.errors import MediaDecodeError, MediaSourceError, MediaTooLargeError
 from multimodal.media import source_bytes
 from multimodal.policy import MediaPolicy, byte_limit_error
-from multimodal.video_decode import DecodedClip, decode_picked_frames, open_capture
+from multimodal.video_decode import (
+    DecodedClip,
+    TooManyPixels,
+    decode_picked_frames,
+    open_capture,
+)
 
 __all__ = [
     "FRAME_LIST_MIME",
@@ -111,7 +116,9 @@ def load_video(
     _check_info(probe_video(data), policy)
     deadline = time.monotonic() + policy.video_decode_timeout
     try:
-        clip = decode_picked_frames(data, pick, deadline)
+        clip = decode_picked_frames(data, pick, deadline, policy.max_video_decoded_bytes)
+    except TooManyPixels as error:
+        raise MediaTooLargeError(str(error), kind="video") from None
     except TimeoutError:
         raise MediaTooLargeError(
             f"decoding the video took longer than the {policy.video_decode_timeout:g} s limit",

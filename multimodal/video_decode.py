@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DecodedClip", "decode_picked_frames", "open_capture"]
+__all__ = ["DecodedClip", "TooManyPixels", "decode_picked_frames", "open_capture"]
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,25 @@ class DecodedClip:
     fps: float
 
 
+class TooManyPixels(ValueError):
+    """The picked frames would take more memory than allowed."""
+
+
 def decode_picked_frames(
-    data: bytes, pick: Callable[[int, float], list[int]], deadline: float = math.inf
+    data: bytes,
+    pick: Callable[[int, float], list[int]],
+    deadline: float = math.inf,
+    max_bytes: float = math.inf,
 ) -> DecodedClip:
     """Decode the frames ``pick(total_frames, fps)`` chooses, e.g.
     ``lambda total, fps: qwen3_vl_frames(total, fps)``. Raises ValueError if OpenCV cannot
-    open the bytes (as vLLM's loader does), TimeoutError past ``deadline`` (a
+    open the bytes (as vLLM's loader does), TooManyPixels before decoding if the picked
+    frames would hold more than ``max_bytes`` of RGB, TimeoutError past ``deadline`` (a
     ``time.monotonic()`` value)."""
     with open_capture(data) as capture:
         total, fps = _corrected_facts(capture)
         picked = pick(total, fps)
+        _check_size(capture, len(picked), max_bytes)
         frames, kept = _read(capture, set(picked), max(picked), deadline)
         return DecodedClip(frames, kept, total, fps)
 
@@ -85,6 +94,19 @@ def _backend(registry) -> int | None:
                 continue
         return backend
     return None
+
+
+def _check_size(capture, count: int, max_bytes: float) -> None:
+    import cv2
+
+    width = int(capture.get(cv2.CAP_PROP_FRAME_WIDTH))
+    height = int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    size = count * width * height * 3
+    if size > max_bytes:
+        raise TooManyPixels(
+            f"{count} frames of {width}x{height} take {size / 2**20:.0f} MiB decoded, above "
+            f"the {max_bytes / 2**20:g} MiB limit"
+        )
 
 
 def _corrected_facts(capture) -> tuple[int, float]:

@@ -85,6 +85,22 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--max-video-decoded-mib",
+        type=_positive,
+        default=1024,  # MediaPolicy.max_video_decoded_bytes
+        metavar="MIB",
+        help="the most memory one video's sampled frames may take decoded (frames x height x "
+        "width x 3 bytes), checked before decoding; more is a 400 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-concurrent-videos",
+        type=_positive,
+        default=2,
+        metavar="N",
+        help="requests whose videos the gateway decodes and preprocesses at once; more wait. "
+        "With --max-video-decoded-mib it bounds the memory videos take (default: %(default)s)",
+    )
+    p.add_argument(
         "--allow-private-media-networks",
         nargs="*",
         default=[],
@@ -323,6 +339,7 @@ def main(argv: list[str]) -> int:
         max_video_frames=args.max_video_frames,
         max_video_seconds=args.max_video_seconds,
         video_decode_timeout=args.video_decode_timeout,
+        max_video_decoded_bytes=args.max_video_decoded_mib * MIB,
     )
     config = GatewayConfig(
         model=args.model,
@@ -330,6 +347,7 @@ def main(argv: list[str]) -> int:
         served_model_name=args.served_model_name,
         chat_template=read_chat_template_arg(args.chat_template) if args.chat_template else None,
         media_policy=policy,
+        max_concurrent_videos=args.max_concurrent_videos,
         mm_processing=mm_processing_mode(args.mm_processing),
         api_keys=args.api_key + ([env_key] if env_key else []),
         cors=CorsConfig(

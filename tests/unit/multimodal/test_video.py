@@ -195,3 +195,13 @@ def test_a_clip_the_loader_cannot_sample_is_a_decode_error(tmp_path):
 
 def _never(total: int, fps: float) -> list[int]:
     raise AssertionError("a frame list is not sampled")
+
+
+def test_picked_frames_past_the_decoded_memory_limit_are_refused_before_decoding(tmp_path):
+    url = data_url(clip(tmp_path))  # 90x66 frames: 17,820 bytes each in RGB
+    every = lambda total, fps: list(range(total))  # noqa: E731
+    assert len(load_video(url, None, MediaPolicy(), every).clip.indices) == 6
+    policy = MediaPolicy(max_video_decoded_bytes=5 * 17_820)
+    with pytest.raises(MediaTooLargeError, match="6 frames of 90x66 take 0 MiB decoded"):
+        load_video(url, None, policy, every)
+    assert len(load_video(url, None, policy, lambda total, fps: [0, 5]).clip.indices) == 2
