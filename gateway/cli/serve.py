@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from gateway.render.prompt import GRPC_MAX_MESSAGE_BYTES
 from gateway.render.worker_media import MM_PROCESSING
 from gateway.server.config import AdmissionConfig
 from gateway.server.limits import MIB, RequestLimits
@@ -99,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="requests whose videos the gateway decodes and preprocesses at once; more wait. "
         "With --max-video-decoded-mib it bounds the memory videos take (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-mm-message-mib",
+        type=_positive,
+        default=2047,
+        metavar="MIB",
+        help="the most a request's preprocessed media may take on the wire to a worker; more "
+        "is a 400 naming the size (default: %(default)s, what one gRPC message can carry)",
     )
     p.add_argument(
         "--allow-private-media-networks",
@@ -348,6 +357,7 @@ def main(argv: list[str]) -> int:
         chat_template=read_chat_template_arg(args.chat_template) if args.chat_template else None,
         media_policy=policy,
         max_concurrent_videos=args.max_concurrent_videos,
+        max_mm_message_bytes=min(args.max_mm_message_mib * MIB, GRPC_MAX_MESSAGE_BYTES),
         mm_processing=mm_processing_mode(args.mm_processing),
         api_keys=args.api_key + ([env_key] if env_key else []),
         cors=CorsConfig(

@@ -35,6 +35,9 @@ from multimodal.registry import ModelProcessors
 from multimodal.wire import MODALITIES, Piece
 from protos import vllm_engine_pb2 as pb
 
+MIB = 1 << 20
+# gRPC's own ceiling on one message (a signed 32-bit length), which both ends are set to.
+GRPC_MAX_MESSAGE_BYTES = (1 << 31) - 1
 # vLLM's words: a request may not bring its own template unless the operator trusts requests.
 UNTRUSTED_TEMPLATE = (
     "Chat template is passed with request, but --trust-request-chat-template is not set. "
@@ -93,12 +96,14 @@ class PromptBuilder:
         metrics: GatewayMetrics | None = None,
         mm_processing: MmProcessing = "auto",
         max_concurrent_videos: int = 2,
+        max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
     ) -> None:
         """`mm_processing`: who preprocesses media: the gateway where it has the model's
         processor and the worker otherwise ("auto"), only the gateway, or only the worker.
         `max_concurrent_videos`: requests with videos preprocessed at once (the others wait):
         a clip is up to `media_policy.max_video_decoded_bytes` of frames, so this bounds the
-        memory videos take, and leaves threads and cores to image and text requests."""
+        memory videos take, and leaves threads and cores to image and text requests.
+        `max_message_bytes`: the most a request's serialized tensors may take on the wire."""
         self.renderer = renderer
         self.processors = processors
         self.media_policy = media_policy
@@ -106,6 +111,7 @@ class PromptBuilder:
         self.metrics = metrics
         self.mm_processing = mm_processing
         self._video_slots = asyncio.Semaphore(max_concurrent_videos)
+        self.max_message_bytes = max_message_bytes
 
     def render(self, request: PromptRequest) -> RenderedChat:
         if request.chat_template is not None:
@@ -184,8 +190,20 @@ class PromptBuilder:
                     rendered.token_ids,
                 )
         self._observe(fetched - started, time.perf_counter() - processing, len(rendered.media))
+        self._check_message_size(fields)
         kept = loaded if keep_items else []
         return Prompt(prepared.prompt_ids, rendered.prompt, prepared, fields, kept)
+
+    def _check_message_size(self, fields: Sequence[Piece]) -> None:
+        size = sum(len(piece) for piece in fields)
+        if size > self.max_message_bytes:
+            raise GatewayError(
+                f"the request's media make {size / MIB:.0f} MiB of tensors, above the "
+                f"{self.max_message_bytes / MIB:.0f} MiB a worker message may carry "
+                "(--max-mm-message-mib); send fewer, shorter or smaller items",
+                400,
+                "messages",
+            )
 
     def _slots_for(self, media: Sequence[MediaItem]) -> contextlib.AbstractAsyncContextManager:
         if any(item.modality == "video" for item in media):

@@ -210,3 +210,15 @@ def test_a_bad_video_the_gateway_decodes_is_named(builder, tmp_path):
     with pytest.raises(MediaError) as info:
         asyncio.run(builder().build(request, PixelEncoding(raw=True)))
     assert info.value.message.startswith("invalid video: video 1: not a supported video")
+
+
+def test_media_past_the_message_limit_are_a_400_naming_the_size(builder, tmp_path):
+    from gateway.errors import GatewayError
+    from multimodal.pipeline import PixelEncoding
+
+    request = _Request(video(f"data:video/mp4;base64,{b64(mp4(tmp_path))}"))
+    prompt = asyncio.run(builder().build(request, PixelEncoding(raw=True)))
+    size = sum(len(p) for p in prompt.request_fields)
+    asyncio.run(builder(max_message_bytes=size).build(request, PixelEncoding(raw=True)))
+    with pytest.raises(GatewayError, match="above the 0 MiB a worker message may carry"):
+        asyncio.run(builder(max_message_bytes=size - 1).build(request, PixelEncoding(raw=True)))
