@@ -17,6 +17,7 @@ from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
 from multimodal.processors.llava_onevision import LlavaOnevisionProcessor
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
+from multimodal.processors.qwen3_vl_video import Qwen3VLVideoProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
 
 FAMILIES: tuple[type[ItemProcessor], ...] = (
@@ -34,6 +35,8 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     InternVLProcessor,
     Glm4vProcessor,
     KimiK25Processor,
+    # videos
+    Qwen3VLVideoProcessor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]
