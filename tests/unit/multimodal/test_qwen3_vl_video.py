@@ -30,7 +30,6 @@ from tests.e2e.gateway.test_video_fallback import data_uri, jpeg_frames, make_cl
 from tests.support import qwen3_vl_models, qwen35_models
 from tests.support.vllm_video import vllm_video_inputs
 
-
 # name: (frames, (width, height), fps, container)
 CLIPS = {
     "mp4-odd-7-picked": (25, (90, 66), 7, "mp4"),
@@ -216,3 +215,39 @@ def test_video_smart_resize_counts_the_rounded_frames_in_the_budget():
     assert video_smart_resize(4, 17, 33, 2, 32, 4096, 10**8) == (32, 64)
     with pytest.raises(Exception, match="at least 2"):
         video_smart_resize(1, 64, 64, 2, 32, 4096, 10**8)
+
+
+@pytest.mark.parametrize("which", ["one", "all"])
+def test_the_engine_takes_the_wire_as_vllms_items(case, which):
+    """Our worker's side of the wire (engine_server.mm_inputs) turns the message into the
+    items vLLM's processor makes: the same tensors per item (timestamps as float32, the model
+    dtype here) and one embedding per `<|video_pad|>` of each replacement."""
+    import torch
+
+    from engine_server.mm_inputs import PixelContract, build_mm_prompt
+    from multimodal.wire import multimodal_inputs
+
+    files = case["files"]
+    processors = processors_for(files)
+    count = 1 if which == "one" else len(case["uris"])
+    ids = render(files, processors, case["uris"][:count])
+    loaded = case["loaded"][:count]
+    prepared = prepare([(processors.get("video"), loaded)], ids, {}, PixelEncoding(raw=True))
+    (part,) = prepared.parts
+    mm = multimodal_inputs(part.processed, part.ranges, part.hashes, None, "video")
+    prompt = build_mm_prompt(prepared.prompt_ids, [mm], PixelContract(True, torch.float32))
+    items = prompt["mm_kwargs"]["video"]
+    for item, want in zip(items, case[which]["video"], strict=True):
+        assert set(item) - {SIZES_KEY, "frames_per_video"} == set(want)
+        for key, value in want.items():
+            np.testing.assert_array_equal(
+                item[key].data.numpy(), value.astype(item[key].data.numpy().dtype), err_msg=key
+            )
+        assert item["timestamps"].field.__class__.__name__ == (
+            "MultiModalBatchedField" if which == "one" else "MultiModalFlatField"
+        )
+    video_token = case["processor"].model.video_token_id
+    for placeholder, replacement in zip(
+        prompt["mm_placeholders"]["video"], part.processed.replacements
+    ):
+        assert placeholder.get_num_embeds() == replacement.count(video_token)
