@@ -19,6 +19,7 @@ from multimodal.processors.llava_onevision import LlavaOnevisionProcessor
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
 from multimodal.processors.qwen3_vl_video import Qwen3VLVideoProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
+from multimodal.processors.qwen_vl_video import QwenVLVideoProcessor
 
 FAMILIES: tuple[type[ItemProcessor], ...] = (
     QwenVLProcessor,
@@ -36,6 +37,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     Glm4vProcessor,
     KimiK25Processor,
     # videos
+    QwenVLVideoProcessor,
     Qwen3VLVideoProcessor,
 )
 

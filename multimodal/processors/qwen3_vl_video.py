@@ -21,7 +21,7 @@ Qwen3VLVideoProcessor tensors, and the timestamped replacement vLLM's processor 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ from multimodal.video_decode import DecodedClip
 from multimodal.video_frames import MAX_FRAMES, UNKNOWN_FPS_QWEN3, qwen3_vl_frames
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
+LOADER_PROCESSOR = "Qwen3VLVideoProcessor"  # the video processor class vLLM's loader keys on
 SIZES_KEY = "patches_per_video"
 # Qwen3VLVideoProcessor's class defaults, for keys its config leaves out.
 DEFAULT_SIZE = {"shortest_edge": 128 * 32 * 32, "longest_edge": 32 * 32 * 768}
@@ -146,13 +147,13 @@ class Qwen3VLVideoProcessor(VideoProcessor):
 
     @classmethod
     def matches(cls, files: ModelConfigs) -> bool:
-        return files.config.get("model_type") in MODEL_TYPES
+        # vLLM picks its loader by the video processor class: the Qwen3 one, named or implied.
+        kind = _video_config(files).get("video_processor_type")
+        return files.config.get("model_type") in MODEL_TYPES and kind in (None, LOADER_PROCESSOR)
 
     @classmethod
     def from_files(cls, files: ModelConfigs) -> Qwen3VLVideoProcessor:
-        # transformers reads the video processor from video_preprocessor_config.json (or
-        # processor_config.json's "video_processor") and else from preprocessor_config.json.
-        pre = files.video_preprocessor or files.preprocessor
+        pre = _video_config(files)
         for flag in ("do_resize", "do_rescale", "do_normalize"):
             if not pre.get(flag, True):
                 raise ModelConfigError(f"Qwen3-VL video with {flag}=false is not supported")
@@ -294,6 +295,12 @@ class Qwen3VLVideoProcessor(VideoProcessor):
         if ids is None:
             ids = self._stamp_ids[text] = self._tokenizer.encode(text, add_special_tokens=False).ids
         return ids
+
+
+def _video_config(files: ModelConfigs) -> Mapping[str, Any]:
+    # transformers reads the video processor from video_preprocessor_config.json (or
+    # processor_config.json's "video_processor") and else from preprocessor_config.json.
+    return files.video_preprocessor or files.preprocessor
 
 
 def _token(files: ModelConfigs, key: str, text: str) -> int:

@@ -26,7 +26,7 @@ from multimodal.processors.qwen3_vl_video import (
 )
 from multimodal.registry import processors_for
 from multimodal.video import load_video
-from tests.e2e.gateway.test_video_fallback import data_uri, jpeg_frames, make_clip
+from tests.e2e.gateway.test_video import data_uri, jpeg_frames, make_clip
 from tests.support import qwen3_vl_models, qwen35_models
 from tests.support.vllm_video import vllm_video_inputs
 
@@ -122,9 +122,17 @@ def test_the_family_serves_the_qwen3_models_only(model_dirs):
     for model in model_dirs.values():
         files = ModelFiles.load(model)
         assert isinstance(processors_for(files).get("video"), Qwen3VLVideoProcessor)
+
+    def files(model_type: str, video: dict) -> object:
+        configs = {"config": {"model_type": model_type}, "video_preprocessor": video}
+        return type("Files", (), {**configs, "preprocessor": {}})()
+
     for model_type in ("qwen2_vl", "qwen2_5_vl", "glm4v"):
-        other = type("Files", (), {"config": {"model_type": model_type}})()
-        assert not Qwen3VLVideoProcessor.matches(other)
+        assert not Qwen3VLVideoProcessor.matches(files(model_type, {}))
+    # another video processor class: vLLM would sample with another loader
+    other = {"video_processor_type": "Qwen2VLVideoProcessor"}
+    assert not Qwen3VLVideoProcessor.matches(files("qwen3_vl", other))
+    assert Qwen3VLVideoProcessor.matches(files("qwen3_vl", qwen3_vl_models.VIDEO_PREPROCESSOR))
 
 
 def test_every_tensor_equals_vllms(case):
