@@ -44,7 +44,7 @@ from multimodal.processors.transforms import (
     temporal_patches,
 )
 from multimodal.video_decode import DecodedClip
-from multimodal.video_frames import MAX_FRAMES, UNKNOWN_FPS_QWEN3, qwen3_vl_frames
+from multimodal.video_frames import UNKNOWN_FPS_QWEN3, qwen3_vl_frames
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 LOADER_PROCESSOR = "Qwen3VLVideoProcessor"  # the video processor class vLLM's loader keys on
@@ -138,7 +138,9 @@ class Qwen3VLVideoProcessor(VideoProcessor):
     title = "Qwen3-VL"
     placeholder_text = "<|vision_start|><|video_pad|><|vision_end|>"
 
-    def __init__(self, model: Qwen3VideoModel, settings: Qwen3VideoSettings, tokenizer: Any):
+    def __init__(
+        self, model: Qwen3VideoModel, settings: Qwen3VideoSettings, tokenizer: Any
+    ) -> None:
         self.model = model
         self.defaults = settings
         self._tokenizer = tokenizer
@@ -195,7 +197,7 @@ class Qwen3VLVideoProcessor(VideoProcessor):
         # The loader's own sampling (fps 2, 4 to 768 frames: vLLM's load_bytes defaults and
         # media_io_kwargs, not the processor config).
         try:
-            return qwen3_vl_frames(total_frames, fps, max_frames=MAX_FRAMES)
+            return qwen3_vl_frames(total_frames, fps)
         except ValueError as error:
             raise OptionError(str(error)) from None
 
