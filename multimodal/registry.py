@@ -17,6 +17,7 @@ from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
 from multimodal.processors.llava_onevision import LlavaOnevisionProcessor
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
+from multimodal.processors.qwen3_vl_video import Qwen3VLVideoProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
 from multimodal.processors.qwen_vl_video import QwenVLVideoProcessor
 
@@ -37,6 +38,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     KimiK25Processor,
     # videos
     QwenVLVideoProcessor,
+    Qwen3VLVideoProcessor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]
