@@ -96,10 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-concurrent-videos",
         type=_positive,
-        default=2,
+        default=None,
         metavar="N",
         help="requests whose videos the gateway decodes and preprocesses at once; more wait. "
-        "With --max-video-decoded-mib it bounds the memory videos take (default: %(default)s)",
+        "With --max-video-decoded-mib it bounds the memory videos take (default: half the "
+        "cores, at least 1, leaving the rest to text and images)",
     )
     p.add_argument(
         "--max-mm-message-mib",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,15 @@ from multimodal.wire import MODALITIES, Piece
 from protos import vllm_engine_pb2 as pb
 
 MIB = 1 << 20
+
+
+def default_video_concurrency() -> int:
+    """Half the cores, at least one: decoding a clip keeps a core busy for hundreds of ms,
+    and the other half stays for the event loop, images and text (benchmarks/RESULTS.md,
+    "Video": a text request's p99 under clips)."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
 # gRPC's own ceiling on one message (a signed 32-bit length), which both ends are set to.
 GRPC_MAX_MESSAGE_BYTES = (1 << 31) - 1
 # vLLM's words: a request may not bring its own template unless the operator trusts requests.
@@ -95,7 +105,7 @@ class PromptBuilder:
         http_client: httpx.AsyncClient | None = None,
         metrics: GatewayMetrics | None = None,
         mm_processing: MmProcessing = "auto",
-        max_concurrent_videos: int = 2,
+        max_concurrent_videos: int | None = None,
         max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
     ) -> None:
         """`mm_processing`: who preprocesses media: the gateway where it has the model's
@@ -110,7 +120,7 @@ class PromptBuilder:
         self.http = http_client
         self.metrics = metrics
         self.mm_processing = mm_processing
-        self._video_slots = asyncio.Semaphore(max_concurrent_videos)
+        self._video_slots = asyncio.Semaphore(max_concurrent_videos or default_video_concurrency())
         self.max_message_bytes = max_message_bytes
 
     def render(self, request: PromptRequest) -> RenderedChat:
