@@ -43,6 +43,9 @@ def clips(tmp_path_factory) -> dict[str, str]:
         "avi": data_uri(make_clip(tmp, "b.avi", 8, (70, 94), 4, "MJPG", 2), "video/x-msvideo"),
         "long": data_uri(make_clip(tmp, "c.mp4", 12, (122, 58), 8, "mp4v", 3), "video/mp4"),
         "frames": jpeg_frames(4, (64, 48), 4),
+        "webm": data_uri(make_clip(tmp, "f.webm", 11, (100, 62), 6, "VP80", 7), "video/webm"),
+        # 800 frames at 2 fps: 800 wanted at vLLM's 2 fps, capped at its loader's 768
+        "past-cap": data_uri(make_clip(tmp, "g.mp4", 800, (32, 32), 2, "mp4v", 8), "video/mp4"),
         "one-frame": data_uri(make_clip(tmp, "d.mp4", 1, (90, 66), 5, "mp4v", 5), "video/mp4"),
         "big": data_uri(make_clip(tmp, "e.avi", 40, (320, 240), 8, "MJPG", 6), "video/x-msvideo"),
     }
@@ -51,7 +54,8 @@ def clips(tmp_path_factory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def engines(vision_model, tmp_path_factory):
     logs = tmp_path_factory.mktemp("video-engines")
-    common = {"limit_mm_per_prompt": LIMITS}
+    # room for the clip past the frame cap: 384 temporal patches of 4 tokens
+    common = {"limit_mm_per_prompt": LIMITS, "max_model_len": 2048}
     started = {
         "vllm": VllmServerProcess(vision_model, logs / "vllm.log", **common),
         "ours": WorkerProcess(vision_model, logs / "ours.log", mm_processor="inprocess", **common),
@@ -87,6 +91,8 @@ CASES = {
     "around-text": lambda c: [text("First this:"), video(c["avi"]), text("What moves?")],
     "odd-rate": lambda c: [video(c["long"]), text("Describe.")],
     "frame-list": lambda c: [video(c["frames"]), text("Describe.")],
+    "webm": lambda c: [video(c["webm"]), text("Describe.")],
+    "past-the-frame-cap": lambda c: [video(c["past-cap"]), text("Describe.")],
     "with-image": lambda c: [image(data_uri(png_bytes(IMAGE), "image/png")), video(c["mp4"])],
     "two-videos": lambda c: [video(c["avi"]), text("and"), video(c["long"]), text("Compare.")],
 }
