@@ -190,8 +190,11 @@ def test_families_are_told_apart():
     ]
     for model_type, kind, want in cases:
         pre = {} if kind is None else {"image_processor_type": kind}
-        files = SimpleNamespace(config={"model_type": model_type}, preprocessor=pre, vocab={})
-        assert [f for f in FAMILIES if f.matches(files)] == ([want] if want else [])
+        files = SimpleNamespace(
+            config={"model_type": model_type}, preprocessor=pre, video_preprocessor={}, vocab={}
+        )
+        images = [f for f in FAMILIES if f.modality == "image" and f.matches(files)]
+        assert images == ([want] if want else [])
 
 
 @pytest.mark.parametrize(
