@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-
+from multimodal.errors import MediaError
 from multimodal.hashing import item_hash, settings_fingerprint
-from multimodal.processors.base import ItemProcessor, Modality, ProcessedItems
+from multimodal.media import MediaPolicy, decode_sources
+from multimodal.processors.base import ItemProcessor, Modality, ProcessedItems, VideoProcessor
 from multimodal.prompt import Placeholders, Range, expand
+from multimodal.video import load_video
 from multimodal.wire import (
     FLOAT_DTYPES,
     Piece,
@@ -34,13 +35,40 @@ _EXTRA_MM_INPUTS = field_number(pb.GenerateRequest, "extra_mm_inputs")
 
 
 class LoadedItem(Protocol):
-    """A decoded media item (multimodal.media.LoadedImage for images)."""
+    """A decoded media item (multimodal.media.LoadedImage, multimodal.video.LoadedVideo)."""
 
     @property
     def data(self) -> bytes: ...  # the bytes it came from: the input of its hash
 
     @property
-    def pixels(self) -> np.ndarray: ...  # what its processor takes
+    def pixels(self) -> Any: ...  # what its processor takes
+
+
+def decode_items(
+    processor: ItemProcessor,
+    sources: Sequence[str],
+    downloaded: Sequence[bytes | None],
+    settings: Any,
+    policy: MediaPolicy,
+) -> list[LoadedItem]:
+    """Blocking: one modality's sources decoded for `processor` (`downloaded`: the bytes of
+    http(s) sources, None for the others): images as vLLM decodes them, videos with the
+    frames the family's loader picks under `settings` (from `processor.resolve`). A failure
+    carries the item's index among them."""
+    if not isinstance(processor, VideoProcessor):
+        return list(decode_sources(sources, downloaded, policy))
+    videos: list[LoadedItem] = []
+    for index, (source, raw) in enumerate(zip(sources, downloaded, strict=True)):
+        try:
+            videos.append(load_video(source, raw, policy, _picker(processor, settings)))
+        except MediaError as error:
+            error.index, error.kind = index, "video"
+            raise
+    return videos
+
+
+def _picker(processor: VideoProcessor, settings: Any):
+    return lambda total, fps: processor.pick_frames(total, fps, settings)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,13 @@ class MediaPolicy:
       this directory; ``None`` refuses ``file://`` entirely.
     - ``max_video_bytes``: the encoded size of one video (a container, or all the frames of
       a ``data:video/jpeg`` frame list); ``max_bytes`` is the image's.
+    - ``max_video_frames`` / ``max_video_seconds``: a clip's frame count and length as its
+      container states them (checked before any frame is decoded: decoding reads every
+      frame up to the last one picked, so the cost grows with the clip, not the picks).
+    - ``video_decode_timeout``: seconds the gateway may spend decoding one clip's frames.
+    - ``max_video_decoded_bytes``: the RGB bytes of the frames the gateway keeps of one clip
+      (picked frames x height x width x 3), checked after picking and before decoding: with
+      ``--max-concurrent-videos`` it bounds the gateway's memory for videos.
     - ``max_pixels`` (per image, and per video frame) must stay at or below Pillow's
       ``MAX_IMAGE_PIXELS`` so any image we accept decodes without Pillow's own bomb warning.
     """
@@ -47,6 +54,10 @@ class MediaPolicy:
     local_root: Path | None = None
     max_bytes: int = 20 * _MiB
     max_video_bytes: int = 64 * _MiB
+    max_video_frames: int = 18_000  # ten minutes at 30 fps
+    max_video_seconds: float = 600.0
+    video_decode_timeout: float = 30.0
+    max_video_decoded_bytes: int = 1024 * _MiB
     max_pixels: int = 64_000_000
     connect_timeout: float = 5.0
     read_timeout: float = 10.0
@@ -95,6 +106,10 @@ class MediaPolicy:
         for name in (
             "max_bytes",
             "max_video_bytes",
+            "max_video_frames",
+            "max_video_seconds",
+            "video_decode_timeout",
+            "max_video_decoded_bytes",
             "max_pixels",
             "connect_timeout",
             "read_timeout",

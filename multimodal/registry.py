@@ -22,6 +22,7 @@ from multimodal.processors.llava_onevision import (
 )
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
+from multimodal.processors.qwen_vl_video import QwenVLVideoProcessor
 
 FAMILIES: tuple[type[ItemProcessor], ...] = (
     QwenVLProcessor,
@@ -39,6 +40,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     Glm4vProcessor,
     KimiK25Processor,
     # videos
+    QwenVLVideoProcessor,
     Glm4vVideoProcessor,
     LlavaOnevisionVideoProcessor,
 )

@@ -10,7 +10,9 @@ what the operator does not allow:
   bytes, at most ``MediaPolicy.max_video_bytes`` (``--max-video-bytes``);
 - that OpenCV opens from memory, as vLLM does, with at least two frames (vLLM's loader seeks
   to the end to correct the frame count, after which it cannot read a one-frame clip's only
-  frame and fails) of at most ``max_pixels`` each;
+  frame and fails) of at most ``max_pixels`` each, and at most ``max_video_frames`` frames
+  and ``max_video_seconds`` seconds as the container states them; the gateway's own decoding
+  stops at ``video_decode_timeout``;
 - or vLLM's frame list ``data:video/jpeg;base64,<frame>,<frame>,...``: every frame an image
   whose header passes the image rules, all of them within the byte limit.
 
@@ -21,6 +23,7 @@ both off the event loop.
 from __future__ import annotations
 
 import binascii
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,7 +34,12 @@ from multimodal.decode import check_header, decode_pixels
 from multimodal.errors import MediaDecodeError, MediaSourceError, MediaTooLargeError
 from multimodal.media import source_bytes
 from multimodal.policy import MediaPolicy, byte_limit_error
-from multimodal.video_decode import DecodedClip, decode_picked_frames, open_capture
+from multimodal.video_decode import (
+    DecodedClip,
+    TooManyPixels,
+    decode_picked_frames,
+    open_capture,
+)
 
 __all__ = [
     "FRAME_LIST_MIME",
@@ -106,8 +114,16 @@ def load_video(
     if sniff_container(data) is None:
         raise MediaDecodeError(f"not a supported video container ({_CONTAINERS})", kind="video")
     _check_info(probe_video(data), policy)
+    deadline = time.monotonic() + policy.video_decode_timeout
     try:
-        clip = decode_picked_frames(data, pick)
+        clip = decode_picked_frames(data, pick, deadline, policy.max_video_decoded_bytes)
+    except TooManyPixels as error:
+        raise MediaTooLargeError(str(error), kind="video") from None
+    except TimeoutError:
+        raise MediaTooLargeError(
+            f"decoding the video took longer than the {policy.video_decode_timeout:g} s limit",
+            kind="video",
+        ) from None
     except ValueError as error:  # the loader cannot sample the clip, or OpenCV cannot open it
         raise MediaDecodeError(str(error), kind="video") from None
     if not clip.indices:
@@ -160,6 +176,17 @@ def _check_info(info: VideoInfo, policy: MediaPolicy) -> None:
         raise MediaTooLargeError(
             f"video frames are {info.width}x{info.height}, above the {policy.max_pixels} "
             "pixel limit",
+            kind="video",
+        )
+    if info.frames > policy.max_video_frames:
+        raise MediaTooLargeError(
+            f"the video has {info.frames} frames, above the {policy.max_video_frames} frame limit",
+            kind="video",
+        )
+    if info.fps > 0 and info.frames / info.fps > policy.max_video_seconds:
+        raise MediaTooLargeError(
+            f"the video lasts {info.frames / info.fps:.1f} s, above the "
+            f"{policy.max_video_seconds:g} s limit",
             kind="video",
         )
     if info.frames < 2:

@@ -10,6 +10,8 @@ returned indices can be fewer than those picked. Blocking: call it off the event
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DecodedClip", "decode_picked_frames", "open_capture"]
+__all__ = ["DecodedClip", "TooManyPixels", "decode_picked_frames", "open_capture"]
 
 
 @dataclass(frozen=True)
@@ -35,14 +37,26 @@ class DecodedClip:
     frame_list: bool = False
 
 
-def decode_picked_frames(data: bytes, pick: Callable[[int, float], list[int]]) -> DecodedClip:
+class TooManyPixels(ValueError):
+    """The picked frames would take more memory than allowed."""
+
+
+def decode_picked_frames(
+    data: bytes,
+    pick: Callable[[int, float], list[int]],
+    deadline: float = math.inf,
+    max_bytes: float = math.inf,
+) -> DecodedClip:
     """Decode the frames ``pick(total_frames, fps)`` chooses, e.g.
     ``lambda total, fps: qwen3_vl_frames(total, fps)``. Raises ValueError if OpenCV cannot
-    open the bytes (as vLLM's loader does)."""
+    open the bytes (as vLLM's loader does), TooManyPixels before decoding if the picked
+    frames would hold more than ``max_bytes`` of RGB, TimeoutError past ``deadline`` (a
+    ``time.monotonic()`` value)."""
     with open_capture(data) as capture:
         total, fps = _corrected_facts(capture)
         picked = pick(total, fps)
-        frames, kept = _read(capture, set(picked), max(picked))
+        _check_size(capture, len(picked), max_bytes)
+        frames, kept = _read(capture, set(picked), max(picked), deadline)
         return DecodedClip(frames, kept, total, fps)
 
 
@@ -85,6 +99,19 @@ def _backend(registry) -> int | None:
     return None
 
 
+def _check_size(capture, count: int, max_bytes: float) -> None:
+    import cv2
+
+    width = int(capture.get(cv2.CAP_PROP_FRAME_WIDTH))
+    height = int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    size = count * width * height * 3
+    if size > max_bytes:
+        raise TooManyPixels(
+            f"{count} frames of {width}x{height} take {size / 2**20:.0f} MiB decoded, above "
+            f"the {max_bytes / 2**20:g} MiB limit"
+        )
+
+
 def _corrected_facts(capture) -> tuple[int, float]:
     """vLLM's get_video_metadata: the header's count, lowered to the position an
     end-of-stream seek reports when the stream really ends there and the header counted
@@ -102,13 +129,15 @@ def _corrected_facts(capture) -> tuple[int, float]:
     return total, fps
 
 
-def _read(capture, picked: set[int], last: int) -> tuple[np.ndarray, list[int]]:
+def _read(capture, picked: set[int], last: int, deadline: float) -> tuple[np.ndarray, list[int]]:
     """vLLM's _read_frames_no_recovery: grab frames 0..last in order, keep the picked ones
     that grab and retrieve, in RGB."""
     import cv2
 
     frames, kept = [], []
     for index in range(last + 1):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"decoding stopped at frame {index} of {last + 1}")
         if not capture.grab() or index not in picked:
             continue
         ok, frame = capture.retrieve()

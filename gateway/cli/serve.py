@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from gateway.render.prompt import GRPC_MAX_MESSAGE_BYTES
 from gateway.render.worker_media import MM_PROCESSING
 from gateway.server.config import AdmissionConfig
 from gateway.server.limits import MIB, RequestLimits
@@ -59,6 +60,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="the largest video accepted, in encoded bytes (a clip, or a data:video/jpeg "
         "frame list's frames together); larger is a 400 (%(default)s = 64 MiB). A worker "
         "also refuses inline items above its --mm-max-item-bytes (32 MiB by default)",
+    )
+    p.add_argument(
+        "--max-video-frames",
+        type=_positive,
+        default=18_000,  # MediaPolicy.max_video_frames
+        metavar="N",
+        help="the most frames a video's container may state; more is a 400 (%(default)s: ten "
+        "minutes at 30 fps). Decoding reads every frame up to the last one sampled",
+    )
+    p.add_argument(
+        "--max-video-seconds",
+        type=_positive_float,
+        default=600.0,  # MediaPolicy.max_video_seconds
+        metavar="SECONDS",
+        help="the longest video accepted, from its container's frame count and rate; longer "
+        "is a 400 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--video-decode-timeout",
+        type=_positive_float,
+        default=30.0,  # MediaPolicy.video_decode_timeout
+        metavar="SECONDS",
+        help="how long the gateway may spend decoding one video's frames; longer is a 400 "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-video-decoded-mib",
+        type=_positive,
+        default=1024,  # MediaPolicy.max_video_decoded_bytes
+        metavar="MIB",
+        help="the most memory one video's sampled frames may take decoded (frames x height x "
+        "width x 3 bytes), checked before decoding; more is a 400 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-concurrent-videos",
+        type=_positive,
+        default=2,
+        metavar="N",
+        help="requests whose videos the gateway decodes and preprocesses at once; more wait. "
+        "With --max-video-decoded-mib it bounds the memory videos take (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-mm-message-mib",
+        type=_positive,
+        default=2047,
+        metavar="MIB",
+        help="the most a request's preprocessed media may take on the wire to a worker; more "
+        "is a 400 naming the size (default: %(default)s, what one gRPC message can carry)",
     )
     p.add_argument(
         "--allow-private-media-networks",
@@ -251,6 +300,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # (refuses nan too)
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     import uvicorn
 
@@ -289,6 +345,10 @@ def main(argv: list[str]) -> int:
         allowed_networks=tuple(args.allow_private_media_networks),
         local_root=args.allowed_local_media_path,
         max_video_bytes=args.max_video_bytes,
+        max_video_frames=args.max_video_frames,
+        max_video_seconds=args.max_video_seconds,
+        video_decode_timeout=args.video_decode_timeout,
+        max_video_decoded_bytes=args.max_video_decoded_mib * MIB,
     )
     config = GatewayConfig(
         model=args.model,
@@ -296,6 +356,8 @@ def main(argv: list[str]) -> int:
         served_model_name=args.served_model_name,
         chat_template=read_chat_template_arg(args.chat_template) if args.chat_template else None,
         media_policy=policy,
+        max_concurrent_videos=args.max_concurrent_videos,
+        max_mm_message_bytes=min(args.max_mm_message_mib * MIB, GRPC_MAX_MESSAGE_BYTES),
         mm_processing=mm_processing_mode(args.mm_processing),
         api_keys=args.api_key + ([env_key] if env_key else []),
         cors=CorsConfig(

@@ -15,6 +15,7 @@ routing) and then preprocess for that worker's pixel encoding.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,14 +28,16 @@ from gateway.observability import tracing
 from gateway.observability.metrics import GatewayMetrics
 from gateway.render.messages import MediaItem
 from gateway.render.renderer import ChatRenderer, RenderedChat
-from gateway.render.worker_media import MmProcessing, media_refs
-from multimodal.media import LoadedImage, MediaPolicy, decode_sources, download_all, needs_download
-from multimodal.pipeline import PixelEncoding, Prepared, prepare
-from multimodal.processors.base import ItemProcessor
+from gateway.render.worker_media import MmProcessing, download_items, media_refs
+from multimodal.media import MediaPolicy, needs_download
+from multimodal.pipeline import LoadedItem, PixelEncoding, Prepared, decode_items, prepare
 from multimodal.registry import ModelProcessors
 from multimodal.wire import MODALITIES, Piece
 from protos import vllm_engine_pb2 as pb
 
+MIB = 1 << 20
+# gRPC's own ceiling on one message (a signed 32-bit length), which both ends are set to.
+GRPC_MAX_MESSAGE_BYTES = (1 << 31) - 1
 # vLLM's words: a request may not bring its own template unless the operator trusts requests.
 UNTRUSTED_TEMPLATE = (
     "Chat template is passed with request, but --trust-request-chat-template is not set. "
@@ -64,7 +67,7 @@ class Prompt:
     request_fields: list[Piece] = field(default_factory=list)
     # The decoded items, kept only when asked for (`mmgate preprocess` compares them with
     # transformers): a served request lets them go once they are tensors.
-    items: list[LoadedImage] = field(default_factory=list)
+    items: list[LoadedItem] = field(default_factory=list)
     # Media the worker preprocesses (then `ids` holds one unexpanded placeholder per item).
     media_refs: pb.MediaRefs | None = None
 
@@ -92,15 +95,23 @@ class PromptBuilder:
         http_client: httpx.AsyncClient | None = None,
         metrics: GatewayMetrics | None = None,
         mm_processing: MmProcessing = "auto",
+        max_concurrent_videos: int = 2,
+        max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
     ) -> None:
         """`mm_processing`: who preprocesses media: the gateway where it has the model's
-        processor and the worker otherwise ("auto"), only the gateway, or only the worker."""
+        processor and the worker otherwise ("auto"), only the gateway, or only the worker.
+        `max_concurrent_videos`: requests with videos preprocessed at once (the others wait):
+        a clip is up to `media_policy.max_video_decoded_bytes` of frames, so this bounds the
+        memory videos take, and leaves threads and cores to image and text requests.
+        `max_message_bytes`: the most a request's serialized tensors may take on the wire."""
         self.renderer = renderer
         self.processors = processors
         self.media_policy = media_policy
         self.http = http_client
         self.metrics = metrics
         self.mm_processing = mm_processing
+        self._video_slots = asyncio.Semaphore(max_concurrent_videos)
+        self.max_message_bytes = max_message_bytes
 
     def render(self, request: PromptRequest) -> RenderedChat:
         if request.chat_template is not None:
@@ -157,33 +168,50 @@ class PromptBuilder:
         if not rendered.media:
             return Prompt(rendered.token_ids, rendered.prompt)
         self._check_processed_here(rendered.media)
-        processor = self.processors.get("image")  # the only modality processed here yet
-        urls = [item.url for item in rendered.media]
         started = time.perf_counter()
-        downloaded: list[bytes | None] = [None] * len(urls)
-        if needs_download(urls):  # (data: URIs need no task, no turn of the event loop)
-            with tracing.span("mmgate.media.fetch", mmgate_items=len(urls)):
-                downloaded = await download_all(urls, self.media_policy, self.http)
+        downloaded: list[bytes | None] = [None] * len(rendered.media)
+        if needs_download([item.url for item in rendered.media]):  # (data: URIs need no task)
+            with tracing.span("mmgate.media.fetch", mmgate_items=len(rendered.media)):
+                downloaded = await download_items(rendered.media, self.media_policy, self.http)
         fetched = time.perf_counter()
+        families = ",".join(p.family for p in self.processors.by_modality.values())
         # Decoding and preprocessing in one worker thread: one hand-off of the GIL-bound glue
         # between them instead of two (measured: 10-20% less gateway CPU per image request at
         # 32 concurrent, benchmarks/RESULTS.md).
-        with tracing.span("mmgate.preprocess", mmgate_family=processor.family):
-            images, prepared, fields = await asyncio.to_thread(
-                self._decode_and_prepare,
-                urls,
-                downloaded,
-                request.mm_processor_kwargs or {},
-                pixels,
-                rendered.token_ids,
-                processor,
-            )
-        self._observe(fetched - started, time.perf_counter() - fetched, len(urls))
-        kept = images if keep_items else []
+        with tracing.span("mmgate.preprocess", mmgate_family=families):
+            async with self._slots_for(rendered.media):
+                processing = time.perf_counter()
+                loaded, prepared, fields = await asyncio.to_thread(
+                    self._decode_and_prepare,
+                    rendered.media,
+                    downloaded,
+                    request.mm_processor_kwargs or {},
+                    pixels,
+                    rendered.token_ids,
+                )
+        self._observe(fetched - started, time.perf_counter() - processing, len(rendered.media))
+        self._check_message_size(fields)
+        kept = loaded if keep_items else []
         return Prompt(prepared.prompt_ids, rendered.prompt, prepared, fields, kept)
 
+    def _check_message_size(self, fields: Sequence[Piece]) -> None:
+        size = sum(len(piece) for piece in fields)
+        if size > self.max_message_bytes:
+            raise GatewayError(
+                f"the request's media make {size / MIB:.0f} MiB of tensors, above the "
+                f"{self.max_message_bytes / MIB:.0f} MiB a worker message may carry "
+                "(--max-mm-message-mib); send fewer, shorter or smaller items",
+                400,
+                "messages",
+            )
+
+    def _slots_for(self, media: Sequence[MediaItem]) -> contextlib.AbstractAsyncContextManager:
+        if any(item.modality == "video" for item in media):
+            return self._video_slots
+        return contextlib.nullcontext()
+
     def _check_processed_here(self, media: Sequence[MediaItem]) -> None:
-        """Every item has a processor here (a video has none yet: only a worker takes it)."""
+        """Every item has a processor here (the others go to a worker that preprocesses)."""
         for item in media:
             if item.modality in self.processors.by_modality:
                 continue
@@ -202,16 +230,29 @@ class PromptBuilder:
 
     def _decode_and_prepare(
         self,
-        urls: Sequence[str],
+        media: Sequence[MediaItem],
         downloaded: Sequence[bytes | None],
         kwargs: Mapping[str, Any],
         pixels: PixelEncoding,
         prompt_ids: Sequence[int],
-        processor: ItemProcessor,
-    ) -> tuple[list[LoadedImage], Prepared, list[Piece]]:
-        images = decode_sources(urls, downloaded, self.media_policy)
-        prepared = prepare([(processor, images)], prompt_ids, kwargs, pixels)
-        return images, prepared, prepared.request_fields()
+    ) -> tuple[list[LoadedItem], Prepared, list[Piece]]:
+        """Blocking: each modality's items decoded (a video's frames as its family's loader
+        picks them) and preprocessed; the groups in the order their modalities first appear."""
+        groups, loaded = [], []
+        for modality in dict.fromkeys(item.modality for item in media):
+            processor = self.processors.get(modality)
+            ks = [k for k, item in enumerate(media) if item.modality == modality]
+            items = decode_items(
+                processor,
+                [media[k].url for k in ks],
+                [downloaded[k] for k in ks],
+                processor.resolve(kwargs),
+                self.media_policy,
+            )
+            groups.append((processor, items))
+            loaded += items
+        prepared = prepare(groups, prompt_ids, kwargs, pixels)
+        return loaded, prepared, prepared.request_fields()
 
     def _observe(self, fetch_seconds: float, process_seconds: float | None, items: int) -> None:
         if self.metrics is None:

@@ -64,7 +64,7 @@ async def media_refs(
 ) -> pb.MediaRefs:
     """The items, fetched and checked under `policy` (a video under its video limits), as
     data: URLs in prompt order."""
-    downloaded = await _downloaded(items, policy, http)
+    downloaded = await download_items(items, policy, http)
     urls = await asyncio.to_thread(_checked_urls, items, downloaded, policy)
     return pb.MediaRefs(
         items=[
@@ -74,7 +74,7 @@ async def media_refs(
     )
 
 
-async def _downloaded(
+async def download_items(
     items: Sequence[MediaItem], policy: MediaPolicy, http: httpx.AsyncClient | None
 ) -> list[bytes | None]:
     """Each http(s) item's bytes (None for the others), images and videos concurrently,

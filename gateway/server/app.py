@@ -148,8 +148,8 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
     processors = processors_for(files)
     placeholders = processors.placeholders
     if facts.supports_vision:
-        # Media without a processor here (every video, so far) goes to a worker: the prompt
-        # gets what vLLM writes for them.
+        # Media without a processor here goes to a worker: the prompt gets what vLLM writes
+        # for them.
         placeholders = {
             **fallback_placeholders(files.config.get("architectures") or ()),
             **placeholders,
@@ -158,7 +158,14 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
             _log_fallback(files.config.get("model_type"), config.mm_processing, pool)
     renderer = ChatRenderer(files, placeholders, chat_template=config.chat_template)
     prompts = PromptBuilder(
-        renderer, processors, config.media_policy, http, metrics, config.mm_processing
+        renderer,
+        processors,
+        config.media_policy,
+        http,
+        metrics,
+        config.mm_processing,
+        config.max_concurrent_videos,
+        config.max_mm_message_bytes,
     )
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)

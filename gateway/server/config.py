@@ -39,6 +39,8 @@ class GatewayConfig:
     served_model_name: str | None = None
     chat_template: str | None = None
     media_policy: MediaPolicy = field(default_factory=MediaPolicy)
+    max_concurrent_videos: int = 2  # requests whose videos the gateway preprocesses at once
+    max_mm_message_bytes: int = (1 << 31) - 1  # a request's tensors on the wire (gRPC's cap)
     mm_processing: MmProcessing = "auto"
     api_keys: list[str] = field(default_factory=list)
     cors: CorsConfig = field(default_factory=CorsConfig)

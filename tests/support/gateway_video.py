@@ -3,8 +3,8 @@
 
 `gateway_video_inputs` renders the same chat (one user message: the videos' parts, then the
 text) with the gateway's renderer, loads every clip with the frames the model's video family
-picks (`multimodal.video.load_video`) and prepares the prompt and tensors
-(`multimodal.pipeline.prepare`), as the gateway does for a request.
+picks (`multimodal.pipeline.decode_items`, i.e. `multimodal.video.load_video`) and prepares
+the prompt and tensors (`multimodal.pipeline.prepare`), as the gateway's PromptBuilder does.
 """
 
 from __future__ import annotations
@@ -24,18 +24,14 @@ def gateway_video_inputs(model: Path, videos: Sequence[str], raw_pixels: bool) -
     raw (uint8) or normalized (float32) as `raw_pixels` says."""
     from gateway.render.model_files import ModelFiles
     from gateway.render.renderer import ChatRenderer
-    from multimodal.pipeline import PixelEncoding, prepare
+    from multimodal.pipeline import PixelEncoding, decode_items, prepare
     from multimodal.policy import MediaPolicy
     from multimodal.registry import processors_for
-    from multimodal.video import load_video
 
     files = ModelFiles.load(model)
     processors = processors_for(files)
     rendered = ChatRenderer(files, processors.placeholders).render(video_messages(videos))
     processor = processors.get("video")
     settings = processor.resolve({})
-    loaded = [
-        load_video(url, None, MediaPolicy(), lambda t, f: processor.pick_frames(t, f, settings))
-        for url in videos
-    ]
+    loaded = decode_items(processor, videos, [None] * len(videos), settings, MediaPolicy())
     return prepare([(processor, loaded)], rendered.token_ids, {}, PixelEncoding(raw=raw_pixels))

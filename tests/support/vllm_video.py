@@ -24,9 +24,10 @@ def vllm_video_inputs(
     options: dict | None = None,
     **config: Any,
 ) -> dict[str, Any]:
-    """{"prompt_token_ids": [...], "ranges": {modality: [(offset, length), ...]},
-    "video": [{tensor name: array}, ...], "image": [...]} for a user message of the images'
-    parts, then the videos' (URLs: data: URIs), then `text`.
+    """{"prompt_token_ids": [...], "ranges": {modality: [(offset, length), ...]}, "dtype":
+    the model's, "video": [{tensor name: array}, ...], "image": [...]} (bfloat16 tensors as
+    float32 arrays of their values) for a user message of the images' parts, then the
+    videos' (URLs: data: URIs), then `text`.
     `options`: mm_processor_kwargs; `config`: more of vLLM's ModelConfig."""
     from vllm.multimodal.processing.context import TimingContext
     from vllm.multimodal.processing.inputs import ProcessorInputs
@@ -43,12 +44,15 @@ def vllm_video_inputs(
     items = processor.info.parse_mm_data(data)
     inputs = ProcessorInputs(ids, items, hf_processor_mm_kwargs=options or {})
     out = processor.apply(inputs, TimingContext(enabled=False))
+    # Floating tensors come out in the model's dtype (vLLM casts them after its processor; our
+    # engine casts the wire's float32 the same way): "dtype" says which.
     result: dict[str, Any] = {
         "prompt_token_ids": list(out["prompt_token_ids"]),
         "ranges": {
             modality: [(p.offset, p.length) for p in ranges]
             for modality, ranges in out["mm_placeholders"].items()
         },
+        "dtype": str(processor.info.ctx.model_config.dtype).removeprefix("torch."),
     }
     for modality, kwargs_items in out["mm_kwargs"].items():
         result[modality] = [

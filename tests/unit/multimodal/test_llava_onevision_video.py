@@ -16,10 +16,10 @@ import pytest
 
 from multimodal.policy import MediaPolicy
 from multimodal.video import load_video
-from tests.e2e.gateway.test_video_fallback import data_uri, make_clip
 from tests.support import load_processor
 from tests.support.gateway_video import gateway_video_inputs
 from tests.support.llava_onevision_models import build_model
+from tests.support.video_e2e import data_uri, make_clip
 from tests.support.vllm_video import vllm_video_inputs
 
 CLIPS = {  # name: (file, frames, (width, height), fps, fourcc)

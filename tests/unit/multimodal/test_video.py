@@ -13,7 +13,7 @@ from PIL import Image
 
 from multimodal.errors import MediaDecodeError, MediaError, MediaSourceError, MediaTooLargeError
 from multimodal.policy import MediaPolicy
-from multimodal.video import checked_video, probe_video, sniff_container
+from multimodal.video import checked_video, load_video, probe_video, sniff_container
 
 
 def clip(tmp_path, frames=6, size=(90, 66), fps=5.0, name="c.mp4", fourcc="mp4v") -> bytes:
@@ -132,3 +132,76 @@ def test_the_video_policy_keeps_every_other_rule():
     )
     with pytest.raises(ValueError, match="max_video_bytes"):
         MediaPolicy(max_video_bytes=0)
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (MediaPolicy(max_video_frames=5), "the video has 6 frames, above the 5 frame limit"),
+        (MediaPolicy(max_video_seconds=1.1), "the video lasts 1.2 s, above the 1.1 s limit"),
+    ],
+    ids=["frames", "seconds"],
+)
+def test_a_clip_past_the_frame_or_length_limit_is_refused_on_both_paths(tmp_path, policy, message):
+    url = data_url(clip(tmp_path))  # 6 frames at 5 fps
+    with pytest.raises(MediaTooLargeError, match=message):
+        checked_video(url, None, policy)
+    with pytest.raises(MediaTooLargeError, match=message):
+        load_video(url, None, policy, lambda total, fps: list(range(total)))
+
+
+def test_decoding_past_the_time_limit_is_refused(tmp_path, monkeypatch):
+    import multimodal.video as video
+
+    url = data_url(clip(tmp_path, frames=8))
+    clock = iter(range(0, 1000, 10))  # every reading 10 s later
+    monkeypatch.setattr(video.time, "monotonic", lambda: next(clock))
+    policy = MediaPolicy(video_decode_timeout=25)
+    with pytest.raises(MediaTooLargeError, match="took longer than the 25 s limit"):
+        load_video(url, None, policy, lambda total, fps: list(range(total)))
+
+
+def test_load_video_keeps_the_picked_frames_and_the_clip_facts(tmp_path):
+    raw = clip(tmp_path, frames=9, fps=3.0)
+    loaded = load_video(data_url(raw), None, MediaPolicy(), lambda total, fps: [0, 4, 8])
+    assert loaded.data == raw  # the hash's input: the clip's bytes
+    assert loaded.clip.indices == [0, 4, 8]
+    assert loaded.clip.frames.shape == (3, 66, 90, 3)
+    assert (loaded.clip.total_frames, loaded.clip.fps) == (9, 3.0)
+
+
+def test_a_frame_list_is_every_frame_at_1_fps_up_to_vllm_s_32():
+    frames = ",".join([base64.b64encode(jpeg()).decode()] * 40)
+    loaded = load_video(f"data:video/jpeg;base64,{frames}", None, MediaPolicy(), _never)
+    assert loaded.clip.indices == list(range(32))
+    assert loaded.clip.frames.shape == (32, 12, 16, 3)
+    assert (loaded.clip.total_frames, loaded.clip.fps) == (32, 1.0)
+
+
+def test_a_frame_list_of_two_sizes_is_refused():
+    frames = [base64.b64encode(f).decode() for f in (jpeg(), jpeg(20, 10))]
+    url = "data:video/jpeg;base64," + ",".join(frames)
+    with pytest.raises(MediaDecodeError, match="must all have one size"):
+        load_video(url, None, MediaPolicy(), _never)
+
+
+def test_a_clip_the_loader_cannot_sample_is_a_decode_error(tmp_path):
+    def refuse(total: int, fps: float) -> list[int]:
+        raise ValueError("the loader needs a known rate")
+
+    with pytest.raises(MediaDecodeError, match="needs a known rate"):
+        load_video(data_url(clip(tmp_path)), None, MediaPolicy(), refuse)
+
+
+def _never(total: int, fps: float) -> list[int]:
+    raise AssertionError("a frame list is not sampled")
+
+
+def test_picked_frames_past_the_decoded_memory_limit_are_refused_before_decoding(tmp_path):
+    url = data_url(clip(tmp_path))  # 90x66 frames: 17,820 bytes each in RGB
+    every = lambda total, fps: list(range(total))  # noqa: E731
+    assert len(load_video(url, None, MediaPolicy(), every).clip.indices) == 6
+    policy = MediaPolicy(max_video_decoded_bytes=5 * 17_820)
+    with pytest.raises(MediaTooLargeError, match="6 frames of 90x66 take 0 MiB decoded"):
+        load_video(url, None, policy, every)
+    assert len(load_video(url, None, policy, lambda total, fps: [0, 5]).clip.indices) == 2

@@ -127,3 +127,98 @@ def test_a_bad_item_is_named_by_its_modality_and_index_among_them(tmp_path):
     small = MediaPolicy(max_video_bytes=100)
     with pytest.raises(MediaError, match="video 0: video exceeds the 100 bytes size limit"):
         asyncio.run(media_refs(items[:2], small, None))
+
+
+@pytest.fixture
+def builder(vision_model):
+    from gateway.render.model_files import ModelFiles
+    from gateway.render.prompt import PromptBuilder
+    from gateway.render.renderer import ChatRenderer
+    from multimodal.registry import processors_for
+
+    def build(**options):
+        files = ModelFiles.load(vision_model)
+        processors = processors_for(files)
+        renderer = ChatRenderer(files, processors.placeholders)
+        return PromptBuilder(renderer, processors, MediaPolicy(), **options)
+
+    return build
+
+
+class _Request:
+    tools = chat_template = chat_template_kwargs = mm_processor_kwargs = None
+    add_generation_prompt, continue_final_message, add_special_tokens = True, False, False
+
+    def __init__(self, *parts):
+        self.messages = [{"role": "user", "content": [*parts, {"type": "text", "text": "Hi"}]}]
+
+
+def test_the_gateway_prepares_images_and_videos_as_one_group_each(builder, tmp_path):
+    from multimodal.pipeline import PixelEncoding
+
+    clip = f"data:video/mp4;base64,{b64(mp4(tmp_path))}"
+    still = f"data:image/png;base64,{b64(png())}"
+    request = _Request(video(clip), image(still), video(clip))
+    prompt = asyncio.run(builder().build(request, PixelEncoding(raw=True)))
+    assert [p.modality for p in prompt.prepared.parts] == ["video", "image"]
+    assert prompt.item_counts() == {"video": 2, "image": 1}
+    videos = prompt.prepared.parts[0]
+    assert videos.hashes[0] == videos.hashes[1]  # the same bytes, the same settings
+    assert videos.processed.tensors["video_grid_thw"].shape == (2, 3)
+
+
+def test_videos_wait_for_a_slot_and_images_do_not(builder, tmp_path, monkeypatch):
+    from multimodal.pipeline import PixelEncoding
+
+    prompts = builder(max_concurrent_videos=1)
+    running, most = 0, 0
+    real = prompts._decode_and_prepare
+
+    def counted(*args):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            import time
+
+            time.sleep(0.2)
+            return real(*args)
+        finally:
+            running -= 1
+
+    monkeypatch.setattr(prompts, "_decode_and_prepare", counted)
+    clip = _Request(video(f"data:video/mp4;base64,{b64(mp4(tmp_path))}"))
+    still = _Request(image(f"data:image/png;base64,{b64(png())}"))
+
+    async def both(first, second):
+        encoding = PixelEncoding(raw=True)
+        await asyncio.gather(prompts.build(first, encoding), prompts.build(second, encoding))
+
+    asyncio.run(both(clip, clip))
+    assert most == 1
+    most = 0
+    asyncio.run(both(clip, still))
+    assert most == 2
+
+
+def test_a_bad_video_the_gateway_decodes_is_named(builder, tmp_path):
+    from multimodal.pipeline import PixelEncoding
+
+    good = f"data:video/mp4;base64,{b64(mp4(tmp_path))}"
+    bad = f"data:video/mp4;base64,{b64(b'nothing' * 10)}"
+    request = _Request(video(good), video(bad))
+    with pytest.raises(MediaError) as info:
+        asyncio.run(builder().build(request, PixelEncoding(raw=True)))
+    assert info.value.message.startswith("invalid video: video 1: not a supported video")
+
+
+def test_media_past_the_message_limit_are_a_400_naming_the_size(builder, tmp_path):
+    from gateway.errors import GatewayError
+    from multimodal.pipeline import PixelEncoding
+
+    request = _Request(video(f"data:video/mp4;base64,{b64(mp4(tmp_path))}"))
+    prompt = asyncio.run(builder().build(request, PixelEncoding(raw=True)))
+    size = sum(len(p) for p in prompt.request_fields)
+    asyncio.run(builder(max_message_bytes=size).build(request, PixelEncoding(raw=True)))
+    with pytest.raises(GatewayError, match="above the 0 MiB a worker message may carry"):
+        asyncio.run(builder(max_message_bytes=size - 1).build(request, PixelEncoding(raw=True)))

@@ -368,7 +368,7 @@ def test_families_are_told_apart(ours):
         ({"model_type": "paligemma"}, {"image_processor_type": "SiglipImageProcessor"}, False),
         ({"model_type": "llava"}, {"image_processor_type": "CLIPImageProcessor"}, False),
     ]:
-        files = SimpleNamespace(config=config, preprocessor=pre, vocab={})
+        files = SimpleNamespace(config=config, preprocessor=pre, video_preprocessor={}, vocab={})
         assert Gemma3Processor.matches(files) == expected
         if config is gemma:  # and no other family claims a Gemma 3 model
             others = [f for f in FAMILIES if f is not Gemma3Processor and f.matches(files)]

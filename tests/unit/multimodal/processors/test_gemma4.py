@@ -361,7 +361,7 @@ def test_families_are_told_apart():
         ({"model_type": "gemma4_unified"}, {"image_processor_type": "Gemma4ImageProcessor"}, False),
         ({"model_type": "gemma3"}, {"image_processor_type": "Gemma3ImageProcessor"}, False),
     ]:
-        files = SimpleNamespace(config=config, preprocessor=pre, vocab={})
+        files = SimpleNamespace(config=config, preprocessor=pre, video_preprocessor={}, vocab={})
         assert Gemma4Processor.matches(files) == expected
         if config is gemma:  # and no other family claims a Gemma 4 model
             others = [f for f in FAMILIES if f is not Gemma4Processor and f.matches(files)]

@@ -259,13 +259,19 @@ def test_families_are_told_apart():
 
     pre = {"image_processor_type": "Idefics3ImageProcessor", "resample": 1}
     for model_type, want in [("idefics3", Idefics3Processor), ("smolvlm", SmolVLMProcessor)]:
-        files = SimpleNamespace(config={"model_type": model_type}, preprocessor=pre, vocab={})
+        files = SimpleNamespace(
+            config={"model_type": model_type}, preprocessor=pre, video_preprocessor={}, vocab={}
+        )
         assert [f for f in FAMILIES if f.matches(files)] == [want]
     smol = {"image_processor_type": "SmolVLMImageProcessor", "resample": 1}
-    files = SimpleNamespace(config={"model_type": "smolvlm"}, preprocessor=smol, vocab={})
+    files = SimpleNamespace(
+        config={"model_type": "smolvlm"}, preprocessor=smol, video_preprocessor={}, vocab={}
+    )
     assert [f for f in FAMILIES if f.matches(files)] == [SmolVLMProcessor]
     for other in ("llava", "idefics2", "gemma3", "qwen2_vl"):
-        files = SimpleNamespace(config={"model_type": other}, preprocessor=pre, vocab={})
+        files = SimpleNamespace(
+            config={"model_type": other}, preprocessor=pre, video_preprocessor={}, vocab={}
+        )
         assert not Idefics3Processor.matches(files) and not SmolVLMProcessor.matches(files)
 
 

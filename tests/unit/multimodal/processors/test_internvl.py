@@ -291,7 +291,7 @@ def test_families_are_told_apart(ours):
         ({"model_type": "got_ocr2"}, {"image_processor_type": "GotOcr2ImageProcessor"}, False),
         ({"model_type": "internvl"}, {"image_processor_type": "SomethingElse"}, False),
     ]:
-        files = SimpleNamespace(config=config, preprocessor=pre, vocab={})
+        files = SimpleNamespace(config=config, preprocessor=pre, video_preprocessor={}, vocab={})
         assert InternVLProcessor.matches(files) == claimed
         others = [f.__name__ for f in FAMILIES if f is not InternVLProcessor and f.matches(files)]
         assert others == [], f"{others} claim {config}"

@@ -359,7 +359,9 @@ def test_the_processor_reads_the_released_config(ours, hf, released):
 
 
 def _files(config, pre, vocab=None):
-    return SimpleNamespace(config=config, preprocessor=pre, vocab=vocab or {}, tokenizer=None)
+    return SimpleNamespace(
+        config=config, preprocessor=pre, video_preprocessor={}, vocab=vocab or {}, tokenizer=None
+    )
 
 
 def test_families_are_told_apart():

@@ -302,6 +302,7 @@ def test_families_are_told_apart(model, ours):
     llama4_files = SimpleNamespace(
         config={"model_type": "llama4"},
         preprocessor={"image_processor_type": "Llama4ImageProcessorFast"},
+        video_preprocessor={},
         vocab={},
     )
     assert [f for f in FAMILIES if f.matches(llama4_files)] == [Llama4Processor]
@@ -311,5 +312,5 @@ def test_families_are_told_apart(model, ours):
         ({"model_type": "qwen2_vl"}, {}),
         ({"model_type": "llama4"}, {"image_processor_type": "SiglipImageProcessor"}),
     ]:
-        files = SimpleNamespace(config=config, preprocessor=pre, vocab={})
+        files = SimpleNamespace(config=config, preprocessor=pre, video_preprocessor={}, vocab={})
         assert not Llama4Processor.matches(files)

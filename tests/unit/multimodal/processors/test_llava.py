@@ -113,7 +113,7 @@ def test_families_are_told_apart(models):
         ({"model_type": "llava", "vision_config": {"model_type": "pixtral"}}, {}, False, False),
         ({"model_type": "llava"}, {"image_processor_type": "SiglipImageProcessor"}, False, False),
     ]:
-        files = SimpleNamespace(config=config, preprocessor=pre, vocab={})
+        files = SimpleNamespace(config=config, preprocessor=pre, video_preprocessor={}, vocab={})
         assert LlavaProcessor.matches(files) == llava
         assert LlavaNextProcessor.matches(files) == nxt
 

@@ -283,7 +283,7 @@ def test_families_are_told_apart(models):
         ({"model_type": "llava"}, pixtral, False, False, False),  # a CLIP tower: nobody
         ({"model_type": "qwen2_vl"}, pixtral, False, False, False),
     ]:
-        files = SimpleNamespace(config=config, preprocessor=pre, vocab={})
+        files = SimpleNamespace(config=config, preprocessor=pre, video_preprocessor={}, vocab={})
         assert Mistral3Processor.matches(files) == m3
         assert PixtralHFProcessor.matches(files) == hf_pixtral
         assert LlavaProcessor.matches(files) == llava
