@@ -7,7 +7,8 @@ from the item's tensors: no model knowledge lives here. A rule that asks for the
 size (Pixtral's, LLaVA-NeXT's) is handed blank stand-ins of the size an item's `image_sizes`
 (height, width: the HF processors' name) says; models whose rule needs more than that are
 admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3,
-Idefics3, SmolVLM; _POOLED_POSITIONS: Gemma 4; _GRID_TENSOR: Kimi-K2.5).
+Idefics3, SmolVLM; _POOLED_POSITIONS: Gemma 4; _GRID_TENSOR: Kimi-K2.5; _VIDEO_GRID:
+GLM-4.1V's videos).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ _POOLED_POSITIONS = {"gemma4": ("pixel_position_ids", "pooling_kernel_size")}
 # has h * w / (kh * kw) slots. A grid the merge does not divide, or one that is not the
 # item's patch count, would fail inside the tower: refused here.
 _GRID_TENSOR = {"kimi_k25": "grid_thws"}
+# GLM-4.1V's video rule (_construct_video_placeholder) writes per-frame-pair timestamps read
+# from the raw video's metadata, which never reaches the worker; its embeddings are the
+# `<|image|>` slots, h*w / merge^2 per pair of frames: t*h*w / merge^2 from the item's grid.
+_VIDEO_GRID = dict.fromkeys(("glm4v", "glm4v_moe"), "video_grid_thw")
 
 
 class EmbeddingSlots:
@@ -61,6 +66,10 @@ class EmbeddingSlots:
 
         grid = _GRID_TENSOR.get(getattr(config, "model_type", None))
         self._grid = (grid, tuple(config.vision_config.merge_kernel_size)) if grid else None
+        video_grid = _VIDEO_GRID.get(getattr(config, "model_type", None))
+        self._video_grid = (
+            (video_grid, int(getattr(vision, "spatial_merge_size", 2))) if video_grid else None
+        )
 
     def _per_unit(self, config: Any, field: str) -> int | None:
         """Slots per unit of the tensor: the model config's `field`, else vLLM's HF
@@ -94,6 +103,10 @@ class EmbeddingSlots:
             return _pooled_blocks(item[key].data, kernel) if key in item else None
         if self._grid is not None:
             return _grid_slots(mm_kwargs[modality][index], *self._grid, f"{modality} item {index}")
+        if self._video_grid is not None and modality == "video":
+            key, merge = self._video_grid
+            item = mm_kwargs[modality][index]
+            return int(item[key].data.prod()) // merge**2 if key in item else None
         if self._processor is None:
             return None
         try:
