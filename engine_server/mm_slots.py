@@ -5,7 +5,8 @@ kills vLLM's engine core, so the worker checks it before admission. The count co
 model's own prompt-replacement rule in vLLM (e.g. Qwen2-VL: t*h*w / merge^2 pads), computed
 from the item's tensors: no model knowledge lives here. A rule that asks for the raw media's
 size (Pixtral's, LLaVA-NeXT's) is handed blank stand-ins of the size an item's `image_sizes`
-(height, width: the HF processors' name) says; models whose rule needs more than that are
+(height, width: the HF processors' name) says, and blank clips of a video's frame count and
+size where its pixels are frames (LLaVA-OneVision's); models whose rule needs more are
 admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3,
 Idefics3, SmolVLM; _POOLED_POSITIONS: Gemma 4; _GRID_TENSOR: Kimi-K2.5; _VIDEO_GRID:
 GLM-4.1V's videos).
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 from vllm.multimodal.inputs import MultiModalKwargsItems, PlaceholderRange
-from vllm.multimodal.parse import ImageProcessorItems, MultiModalDataItems
+from vllm.multimodal.parse import ImageProcessorItems, MultiModalDataItems, VideoProcessorItems
 
 from engine_server.errors import InvalidRequest
 
@@ -150,14 +151,32 @@ def _grid_slots(item: Any, key: str, merge: tuple[int, int], where: str) -> int 
 
 def _stand_ins(mm_kwargs: MultiModalKwargsItems) -> MultiModalDataItems:
     """Blank images (no memory: a broadcast zero) of the sizes the items' `image_sizes` say,
-    for rules that size the replacement from the image; media-less items when one has no size."""
+    for rules that size the replacement from the image; media-less items when one has no size.
+    Videos whose pixels are frames, (frames, 3, H, W) (LLaVA-OneVision's), get blank clips of
+    that many frames of that size, for rules that count frames."""
+    data: dict[str, Any] = {}
+    videos = [item.get("pixel_values_videos") for item in mm_kwargs.get("video", [])]
+    if videos and all(v is not None and v.data.ndim == 4 for v in videos):
+        blank = np.zeros((1, 1, 1, 3), np.uint8)
+        shapes = [v.data.shape for v in videos]
+        data["video"] = VideoProcessorItems(
+            [np.broadcast_to(blank, (int(f), int(h), int(w), 3)) for f, _, h, w in shapes]
+        )
+    images = _image_stand_ins(mm_kwargs)
+    if images is not None:
+        data["image"] = images
+    return MultiModalDataItems(data)
+
+
+def _image_stand_ins(mm_kwargs: MultiModalKwargsItems) -> ImageProcessorItems | None:
     sizes = [item.get("image_sizes") for item in mm_kwargs.get("image", [])]
     if not sizes:
-        return MultiModalDataItems({})
+        return None
     if any(size is None or size.data.numel() != 2 for size in sizes):
         # vLLM's own stand-in for images whose media is not at hand (cached by uuid): a rule
         # that only asks whether they are images or embeddings (InternVL's) can count.
-        return MultiModalDataItems({"image": ImageProcessorItems([None] * len(sizes))})
+        return ImageProcessorItems([None] * len(sizes))
     blank = np.zeros((1, 1, 3), np.uint8)
-    images = [np.broadcast_to(blank, (*map(int, s.data.tolist()), 3)) for s in sizes]
-    return MultiModalDataItems({"image": ImageProcessorItems(images)})
+    return ImageProcessorItems(
+        [np.broadcast_to(blank, (*map(int, s.data.tolist()), 3)) for s in sizes]
+    )

@@ -24,7 +24,9 @@ frames (`video_frames.uniform_frames`); transformers' video processor resizes ev
 its `size` (384x384, bicubic, no crop) and normalizes it (its class default is OpenAI CLIP's
 mean/std, not the image processor's 0.5); vLLM hands the frames over as one (frames, 3, H, W)
 item and counts ceil(grid / spatial_pool_stride)^2 tokens a frame plus one newline
-(LlavaOnevisionProcessingInfo.get_num_video_tokens), whatever the frame size.
+(LlavaOnevisionProcessingInfo.get_num_video_tokens), whatever the frame size. Videos of
+different lengths in one request kill vLLM 0.32's engine core (the model embeds such a batch
+3-D); they are refused here.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from multimodal.errors import MmgateError
 from multimodal.processors.base import (
     ModelConfigError,
     ModelConfigs,
@@ -62,7 +65,6 @@ DEFAULT_IMAGE_TOKEN_INDEX = 151646
 MAX_TILES = 9
 VIDEO_PROCESSOR = "LlavaOnevisionVideoProcessor"
 DEFAULT_VIDEO_TOKEN_INDEX = 151647  # LlavaOnevisionConfig's
-VIDEO_EXTENTS_KEY = "video_extents"  # each video's (frames, 3, H, W) in a zero-padded batch
 
 
 def capped_features(
@@ -130,8 +132,7 @@ class LlavaOnevisionProcessor(LlavaNextProcessor):
 
 class LlavaOnevisionVideoProcessor(VideoProcessor):
     """A video is its frames, each resized and normalized as one item: (frames, 3, H, W)
-    under `pixel_values` (the engine's pixel_values_videos), batched; videos of different
-    lengths go as a zero-padded batch with each one's extent, which the engine cuts back."""
+    under `pixel_values` (the engine's pixel_values_videos), batched."""
 
     family = "llava_onevision_video"
     title = "LLaVA-OneVision"
@@ -177,24 +178,21 @@ class LlavaOnevisionVideoProcessor(VideoProcessor):
     def process(
         self, clips: Sequence[DecodedClip], settings: Any, raw_pixels: bool
     ) -> ProcessedItems:
-        videos = [self._frames(clip.frames, raw_pixels) for clip in clips]
-        replacements = [[self.video_token_id] * (self.frame_tokens * len(v) + 1) for v in videos]
-        longest = max(len(v) for v in videos)
-        if all(len(v) == longest for v in videos):
-            return ProcessedItems(
-                tensors={"pixel_values": np.stack(videos)},
-                batched_keys=("pixel_values",),
-                replacements=replacements,
+        if len({len(clip.indices) for clip in clips}) > 1:
+            # vLLM 0.32 hands videos of different lengths to the model as a list, whose
+            # embeddings it returns 3-D: its engine core dies on them. Refused instead.
+            raise MmgateError(
+                "the videos of one request must have the same number of frames after "
+                f"sampling for {self.title} (at most {DEFAULT_NUM_FRAMES}; these have "
+                f"{[len(clip.indices) for clip in clips]})",
+                param="messages",
             )
-        padded = np.zeros((len(videos), longest, *videos[0].shape[1:]), videos[0].dtype)
-        for out, video in zip(padded, videos):
-            out[: len(video)] = video
-        extents = np.asarray([v.shape for v in videos], dtype=np.int64)
+        videos = [self._frames(clip.frames, raw_pixels) for clip in clips]
+        tokens = self.frame_tokens * len(videos[0]) + 1
         return ProcessedItems(
-            tensors={"pixel_values": padded, VIDEO_EXTENTS_KEY: extents},
-            batched_keys=(VIDEO_EXTENTS_KEY,),
-            flat_keys={"pixel_values": VIDEO_EXTENTS_KEY},
-            replacements=replacements,
+            tensors={"pixel_values": np.stack(videos)},
+            batched_keys=("pixel_values",),
+            replacements=[[self.video_token_id] * tokens for _ in videos],
         )
 
     def _frames(self, frames: np.ndarray, raw_pixels: bool) -> np.ndarray:

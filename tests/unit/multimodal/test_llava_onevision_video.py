@@ -3,10 +3,11 @@ own video loader and processor run offline on the tiny model
 (tests/support/llava_onevision_models.py: LlavaOnevisionVideoProcessor, 384x384 frames).
 
 vLLM's default `opencv` loader keeps at most 32 frames, evenly spaced; each frame is resized
-and normalized on its own, and a video costs 14x14 pooled tokens a frame plus a newline. One
-chat holds three clips of odd sizes, rates and lengths (mp4 and avi, one of 45 frames): every
-item's tensor, the prompt ids and the ranges are compared exactly (float32; vLLM does not
-normalize OneVision's pixels on device).
+and normalized on its own, and a video costs 14x14 pooled tokens a frame plus a newline.
+Clips of odd sizes, rates and lengths (mp4 and avi, one of 45 frames), alone and two of one
+length in a chat: every item's tensor, the prompt ids and the ranges are compared exactly
+(float32; vLLM does not normalize OneVision's pixels on device). Videos of different lengths
+in one request are refused (they kill vLLM's engine core).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from multimodal.errors import MmgateError
 from multimodal.policy import MediaPolicy
 from multimodal.video import load_video
 from tests.support import load_processor
@@ -44,41 +46,35 @@ def clips(tmp_path_factory) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def reference(model, clips) -> dict:
-    return vllm_video_inputs(model, clips, dtype="float32")
-
-
-@pytest.fixture(scope="module")
-def ours(model, clips):
-    return gateway_video_inputs(model, clips, raw_pixels=False)
-
-
-def test_every_video_s_frames_equal_vllm_s(reference, ours):
+@pytest.mark.parametrize(
+    ("case", "frames"),
+    [([0], 10), ([1], 3), ([2], 32), ([0, 0], 10)],
+    ids=["odd size", "3 frames", "45 frames", "two of one length"],
+)
+def test_tensors_prompt_and_ranges_equal_vllm_s(model, clips, case, frames):
+    videos = [clips[k] for k in case]
+    want = vllm_video_inputs(model, videos, dtype="float32")
+    ours = gateway_video_inputs(model, videos, raw_pixels=False)
     (part,) = ours.parts
-    tensors = part.processed.tensors
-    # Clips of different lengths: one zero-padded batch, each video's extent beside it.
-    extents = tensors["video_extents"].tolist()
-    assert part.processed.flat_keys == {"pixel_values": "video_extents"}
-    assert [e[0] for e in extents] == [10, 3, 32]
-    assert len(reference["video"]) == len(CLIPS)
-    for name, padded, extent, item in zip(
-        CLIPS, tensors["pixel_values"], extents, reference["video"]
-    ):
-        have = padded[: extent[0]]
-        assert list(have.shape) == extent, name
-        assert not padded[extent[0] :].any(), name
-        want = item["pixel_values_videos"]
-        assert have.dtype == want.dtype == np.float32, name
-        assert have.shape == want.shape, name
-        assert np.array_equal(have, want), name
-
-
-def test_prompt_ids_and_ranges_equal_vllm_s(reference, ours):
-    assert ours.prompt_ids == reference["prompt_token_ids"]
-    assert ours.parts[0].ranges == reference["ranges"]["video"]
+    pixels = part.processed.tensors["pixel_values"]  # (videos, frames, 3, 384, 384)
+    assert part.processed.batched_keys == ("pixel_values",) and not part.processed.flat_keys
+    assert len(pixels) == len(want["video"]) == len(case)
+    for have, item in zip(pixels, want["video"]):
+        expected = item["pixel_values_videos"]
+        assert have.dtype == expected.dtype == np.float32
+        assert have.shape == expected.shape
+        assert np.array_equal(have, expected)
+    assert ours.prompt_ids == want["prompt_token_ids"]
+    assert part.ranges == want["ranges"]["video"]
+    assert pixels.shape[1] == frames
     # a frame is 14x14 pooled tokens, plus one newline a video
-    assert [n for _, n in ours.parts[0].ranges] == [196 * f + 1 for f in (10, 3, 32)]
+    assert [n for _, n in part.ranges] == [196 * frames + 1] * len(case)
+
+
+def test_videos_of_different_lengths_are_refused(model, clips):
+    """vLLM 0.32's engine core dies on them (the model embeds a list of videos 3-D)."""
+    with pytest.raises(MmgateError, match=r"same number of frames .* these have \[10, 3\]"):
+        gateway_video_inputs(model, clips[:2], raw_pixels=False)
 
 
 def test_the_loader_keeps_32_frames_evenly_spaced(model, clips):
@@ -90,13 +86,13 @@ def test_the_loader_keeps_32_frames_evenly_spaced(model, clips):
     assert clip.clip.indices[:4] == [0, 1, 2, 4]  # truncated spacing, not rounded
 
 
-def test_videos_of_one_length_are_a_plain_batch(model, clips):
+def test_raw_pixels_are_the_resized_frames(model, clips):
+    """uint8 for an engine that normalizes on device (vLLM does not, for OneVision)."""
     proc = load_processor(model, "video")
     settings = proc.resolve({})
     pick = lambda t, f: proc.pick_frames(t, f, settings)  # noqa: E731
     loaded = load_video(clips[0], None, MediaPolicy(), pick).clip
-    processed = proc.process([loaded, loaded], settings, raw_pixels=True)
-    assert processed.tensors["pixel_values"].shape == (2, 10, 3, 384, 384)
-    assert processed.tensors["pixel_values"].dtype == np.uint8
-    assert processed.batched_keys == ("pixel_values",) and not processed.flat_keys
-    assert processed.replacements == [[proc.anchor_token_id] * (196 * 10 + 1)] * 2
+    raw = proc.process([loaded], settings, raw_pixels=True).tensors["pixel_values"]
+    normalized = proc.process([loaded], settings, raw_pixels=False).tensors["pixel_values"]
+    assert raw.shape == normalized.shape == (1, 10, 3, 384, 384) and raw.dtype == np.uint8
+    np.testing.assert_array_equal(normalized, (raw.astype(np.float32) - 127.5) / 127.5)
