@@ -21,6 +21,7 @@ from multimodal.processors.llava_onevision import (
     LlavaOnevisionVideoProcessor,
 )
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
+from multimodal.processors.qwen3_vl_video import Qwen3VLVideoProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
 from multimodal.processors.qwen_vl_video import QwenVLVideoProcessor
 
@@ -41,6 +42,7 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     KimiK25Processor,
     # videos
     QwenVLVideoProcessor,
+    Qwen3VLVideoProcessor,
     Glm4vVideoProcessor,
     LlavaOnevisionVideoProcessor,
 )

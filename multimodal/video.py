@@ -65,6 +65,7 @@ class LoadedVideo:
 
     clip: DecodedClip
     data: bytes
+    mime: str  # sniffed: the container's type, or video/jpeg for a frame list
 
     @property
     def pixels(self) -> DecodedClip:
@@ -111,7 +112,8 @@ def load_video(
     if raw is None and _is_frame_list(source):
         return _decoded_frame_list(_checked_frame_list(source, video_policy), policy)
     data, _ = source_bytes(source, raw, video_policy)
-    if sniff_container(data) is None:
+    mime = sniff_container(data)
+    if mime is None:
         raise MediaDecodeError(f"not a supported video container ({_CONTAINERS})", kind="video")
     _check_info(probe_video(data), policy)
     deadline = time.monotonic() + policy.video_decode_timeout
@@ -128,7 +130,7 @@ def load_video(
         raise MediaDecodeError(str(error), kind="video") from None
     if not clip.indices:
         raise MediaDecodeError("none of the video's frames could be decoded", kind="video")
-    return LoadedVideo(clip, data)
+    return LoadedVideo(clip, data, mime)
 
 
 def _decoded_frame_list(checked: str, policy: MediaPolicy) -> LoadedVideo:
@@ -138,7 +140,7 @@ def _decoded_frame_list(checked: str, policy: MediaPolicy) -> LoadedVideo:
         raise MediaDecodeError("the frames of a frame list must all have one size", kind="video")
     count = len(frames)
     clip = DecodedClip(np.stack(frames), list(range(count)), count, 1.0, frame_list=True)
-    return LoadedVideo(clip, checked.encode())
+    return LoadedVideo(clip, checked.encode(), FRAME_LIST_MIME)
 
 
 def sniff_container(data: bytes) -> str | None:

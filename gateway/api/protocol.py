@@ -368,6 +368,16 @@ class ImageFacts(BaseModel):
     hash: str | None = None  # the engine's cache key for the item
 
 
+class VideoFacts(ImageFacts):
+    """A video's facts: the image's (width and height of its frames as decoded), and which of
+    its frames were decoded, as the model's video loader in vLLM picks them."""
+
+    total_frames: int | None = None  # the clip's, after the decoder's count correction
+    fps: float | None = None  # the container's rate (1 for a frame list, as vLLM)
+    frames: list[int] | None = None  # the source frames decoded, in order
+    seconds: list[float] | None = None  # their times in the clip (frame / fps)
+
+
 class PreprocessResponse(BaseModel):
     object: Literal["preprocess"] = "preprocess"
     model: str
@@ -381,3 +391,5 @@ class PreprocessResponse(BaseModel):
     # placeholder per image, which the worker expands).
     prompt_tokens: int
     images: list[ImageFacts]
+    videos: list[VideoFacts] = []
+    video_family: str | None = None  # the gateway's processor for the model's videos

@@ -1,4 +1,5 @@
-"""`mmgate preprocess`: run the gateway's image preprocessing on one request and show the result."""
+"""`mmgate preprocess`: run the gateway's image and video preprocessing on one request and show
+the result."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,24 +21,28 @@ from gateway.render.renderer import ChatRenderer
 from gateway.render.templates import read_chat_template_arg
 from multimodal.errors import MmgateError
 from multimodal.media import MediaPolicy
-from multimodal.pipeline import PixelEncoding
-from multimodal.registry import processors_for
+from multimodal.pipeline import PixelEncoding, PreparedItems
+from multimodal.registry import ModelProcessors, processors_for
+from multimodal.video import LoadedVideo
 
 DESCRIPTION = """\
-Preprocess one chat turn exactly as the gateway does, with the gateway's own code: the images
-(path, file://, http(s) or data URI) then --text as one user message, rendered with the model's
-chat template, tokenized, the images decoded and resized/normalized by the model's processor,
-their placeholders expanded. Prints tensor names, shapes and dtypes, the expanded token ids,
-placeholder ranges, hashes and field layouts (--json for all of it as JSON), optionally saves
-the tensors (--out FILE.npz) and compares with transformers' processor (--compare-hf).
+Preprocess one chat turn exactly as the gateway does, with the gateway's own code: the images,
+then the videos (path, file://, http(s) or data URI), then --text as one user message, rendered
+with the model's chat template, tokenized, the images decoded and the videos' frames picked and
+decoded as vLLM's loader for the model does, resized/normalized by the model's processors, their
+placeholders expanded. Prints tensor names, shapes and dtypes, the expanded token ids,
+placeholder ranges, hashes, field layouts and each video's picked frames (--json for all of it
+as JSON), optionally saves the tensors (--out FILE.npz) and compares with transformers'
+processor (--compare-hf).
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mmgate preprocess", description=DESCRIPTION)
     p.add_argument("--model", required=True, type=Path, help="model directory")
-    p.add_argument("--image", action="append", required=True, help="path or URL; repeatable")
-    p.add_argument("--text", default="Describe the image.", help="user text after the images")
+    p.add_argument("--image", action="append", default=[], help="path or URL; repeatable")
+    p.add_argument("--video", action="append", default=[], help="path or URL; repeatable")
+    p.add_argument("--text", default="Describe this.", help="user text after the media")
     p.add_argument(
         "--pixels",
         default="uint8",
@@ -62,7 +67,8 @@ def _source(value: str) -> str:
 
 def _policy(args: argparse.Namespace) -> MediaPolicy:
     # Local paths given on the command line are the operator's own: allow their folder.
-    local = [str(Path(i).resolve().parent) for i in args.image if _source(i).startswith("file:")]
+    paths = [*args.image, *args.video]
+    local = [str(Path(i).resolve().parent) for i in paths if _source(i).startswith("file:")]
     return MediaPolicy(
         allowed_domains=tuple(args.allowed_media_domains) if args.allowed_media_domains else None,
         allowed_networks=("0.0.0.0/0", "::/0") if args.allow_private_networks else (),
@@ -72,7 +78,8 @@ def _policy(args: argparse.Namespace) -> MediaPolicy:
 
 def _request(args: argparse.Namespace) -> ChatPromptFields:
     images = [{"type": "image_url", "image_url": {"url": _source(i)}} for i in args.image]
-    content = [*images, {"type": "text", "text": args.text}]
+    videos = [{"type": "video_url", "video_url": {"url": _source(v)}} for v in args.video]
+    content = [*images, *videos, {"type": "text", "text": args.text}]
     return ChatPromptFields(
         messages=[{"role": "user", "content": content}],
         mm_processor_kwargs=args.mm_processor_kwargs,
@@ -89,27 +96,38 @@ def _builder(args: argparse.Namespace) -> PromptBuilder:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     builder = _builder(args)
-    processor = builder.processors.get("image")
     encoding = PixelEncoding(raw=args.pixels == "uint8", float_dtype=args.pixels)
     prompt = asyncio.run(builder.build(_request(args), encoding, keep_items=True))
-    report = summary(processor.family, prompt)
-    (images,) = prompt.prepared.parts
+    report = summary(prompt, builder.processors)
     if args.out:
-        np.savez(
-            args.out,
-            prompt_ids=np.asarray(prompt.ids),
-            ranges=np.asarray(images.ranges),
-            **images.processed.tensors,
-        )
+        tensors = {
+            f"{part.modality}_{name}" if len(prompt.prepared.parts) > 1 else name: value
+            for part in prompt.prepared.parts
+            for name, value in part.processed.tensors.items()
+        }
+        ranges = [r for part in prompt.prepared.parts for r in part.ranges]
+        np.savez(args.out, prompt_ids=np.asarray(prompt.ids), ranges=np.asarray(ranges), **tensors)
     if args.compare_hf:
-        report["compare_hf"] = compare_hf(args, prompt, getattr(processor, "hf_names", None))
+        image = builder.processors.by_modality.get("image")
+        report["compare_hf"] = compare_hf(args, prompt, getattr(image, "hf_names", None))
     return report
 
 
-def summary(family: str, prompt: Prompt) -> dict[str, Any]:
-    (images,) = prompt.prepared.parts
-    p = images.processed
+def summary(prompt: Prompt, processors: ModelProcessors) -> dict[str, Any]:
+    """The request's prompt ids and, per modality, what its processor made ("parts"); the
+    first part's facts also at the top level, and each video's picked frames."""
+    messages = prompt.prepared.mm_inputs
+    parts = [
+        _part(part, mm, processors.get(part.modality).family)
+        for part, mm in zip(prompt.prepared.parts, messages)
+    ]
+    return {**parts[0], "prompt_ids": prompt.ids, "parts": parts, "videos": _videos(prompt)}
+
+
+def _part(part: PreparedItems, mm: Any, family: str) -> dict[str, Any]:
+    p = part.processed
     return {
+        "modality": part.modality,
         "processor": family,
         "tensors": {
             k: {
@@ -120,15 +138,28 @@ def summary(family: str, prompt: Prompt) -> dict[str, Any]:
             }
             for k, v in p.tensors.items()
         },
-        "wire_dtype": prompt.prepared.mm_inputs[0].pixel_values.dtype,
-        "prompt_ids": prompt.ids,
-        "placeholders": [{"offset": o, "length": n} for o, n in images.ranges],
-        "hashes": images.hashes,
+        "wire_dtype": mm.pixel_values.dtype,
+        "placeholders": [{"offset": o, "length": n} for o, n in part.ranges],
+        "hashes": part.hashes,
         "batched_keys": list(p.batched_keys),
         "flat_keys": dict(p.flat_keys),
         "keep_on_cpu_keys": list(p.keep_on_cpu_keys),
         "im_token_id": p.embed_token_id,
     }
+
+
+def _videos(prompt: Prompt) -> list[dict[str, Any]]:
+    """Each video's frames as its loader picked them."""
+    return [
+        {
+            "frames": list(item.clip.indices),
+            "total_frames": item.clip.total_frames,
+            "fps": float(item.clip.fps),
+            "size": [int(item.clip.frames.shape[2]), int(item.clip.frames.shape[1])],
+        }
+        for item in prompt.items
+        if isinstance(item, LoadedVideo)
+    ]
 
 
 def compare_hf(
@@ -140,19 +171,41 @@ def compare_hf(
 
     hf = AutoProcessor.from_pretrained(args.model)
     extra = {"do_rescale": False, "do_normalize": False} if args.pixels == "uint8" else {}
+    media: dict[str, Any] = {}
+    if images := [i.image for i in prompt.items if not isinstance(i, LoadedVideo)]:
+        media["images"] = images
+    if videos := [_frames(i) for i in prompt.items if isinstance(i, LoadedVideo)]:
+        # the frames as decoded: transformers samples none of its own (vLLM's loader did)
+        media.update(videos=videos, do_sample_frames=False)
     out = hf(
         text=[prompt.text],
-        images=[i.image for i in prompt.items],
         return_tensors="pt",  # "np" cannot hold Llama 4's bfloat16 pixels
+        **media,
         **extra,
         **args.mm_processor_kwargs,
     )
     result: dict[str, Any] = {
         "prompt_ids_equal": [int(i) for i in out["input_ids"][0]] == prompt.ids
     }
-    (images,) = prompt.prepared.parts
-    for key, ours in images.processed.tensors.items():
-        hf_key = (hf_names or {}).get(key, key)
+    for part in prompt.prepared.parts:
+        names = dict(hf_names or {}) if part.modality == "image" else {}
+        if part.modality == "video":
+            names["pixel_values"] = "pixel_values_videos"
+        into = result if part.modality == "image" else result.setdefault(part.modality, {})
+        _compare(part, out, names, into)
+    return result
+
+
+def _frames(item: LoadedVideo) -> Any:
+    import torch
+
+    return torch.from_numpy(item.clip.frames).permute(0, 3, 1, 2)
+
+
+def _compare(part: PreparedItems, out: Any, names: Mapping[str, str], into: dict) -> None:
+    result = into
+    for key, ours in part.processed.tensors.items():
+        hf_key = names.get(key, key)
         if hf_key not in out:
             result[key] = "not produced by transformers (a sizes tensor for the wire)"
             continue
@@ -170,22 +223,34 @@ def compare_hf(
             continue
         diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
         result[key] = {"max_abs_diff": float(diff.max()), "dtype_equal": ours.dtype == theirs.dtype}
-    return result
 
 
 def print_human(report: dict[str, Any]) -> None:
-    print(f"processor:     {report['processor']}  (wire pixel dtype {report['wire_dtype']})")
-    for name, t in report["tensors"].items():
-        print(f"tensor:        {name:18} {t['dtype']:8} {t['shape']}  [{t['min']:g}, {t['max']:g}]")
     print(f"prompt ids:    {len(report['prompt_ids'])} tokens")
-    for i, (ph, h) in enumerate(zip(report["placeholders"], report["hashes"])):
-        print(f"image {i}:       placeholder offset {ph['offset']} length {ph['length']}  hash {h}")
-    print(
-        f"layout:        batched {report['batched_keys']}  flat {report['flat_keys']}"
-        f"  keep_on_cpu {report['keep_on_cpu_keys']}  im_token_id {report['im_token_id']}"
-    )
+    videos = iter(report["videos"])
+    for part in report["parts"]:
+        _print_part(part, videos)
     if "compare_hf" in report:
         print(f"transformers:  {json.dumps(report['compare_hf'])}")
+
+
+def _print_part(part: dict[str, Any], videos: Iterator[dict[str, Any]]) -> None:
+    modality = part["modality"]
+    print(f"{modality + 's:':15}processor {part['processor']}  (wire dtype {part['wire_dtype']})")
+    for name, t in part["tensors"].items():
+        values = f"[{t['min']:g}, {t['max']:g}]"
+        print(f"  tensor       {name:18} {t['dtype']:8} {t['shape']}  {values}")
+    for i, (ph, h) in enumerate(zip(part["placeholders"], part["hashes"])):
+        where = f"placeholder offset {ph['offset']} length {ph['length']}"
+        print(f"  {f'{modality} {i}':13}{where}  hash {h}")
+        if modality == "video":
+            v = next(videos)
+            clip = f"of {v['total_frames']} at {v['fps']:g} fps, {v['size'][0]}x{v['size'][1]}"
+            print(f"    frames     {v['frames']} {clip}")
+    print(
+        f"  layout       batched {part['batched_keys']}  flat {part['flat_keys']}"
+        f"  keep_on_cpu {part['keep_on_cpu_keys']}  im_token_id {part['im_token_id']}"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -193,6 +258,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not is_model_dir(args.model):
         parser.error(f"{args.model} is not a model directory (it has no tokenizer.json)")
+    if not args.image and not args.video:
+        parser.error("give at least one --image or --video")
     try:
         report = run(args)
     except (MmgateError, ValueError) as error:

@@ -66,6 +66,29 @@ def test_json_report_matches_transformers(vision_model, tmp_path):
     assert saved["prompt_ids"].tolist() == report["prompt_ids"]
 
 
+@pytest.mark.parametrize("pixels", ["uint8", "float32"])
+def test_a_video_shows_its_picked_frames_and_matches_transformers(vision_model, tmp_path, pixels):
+    from tests.support.video_e2e import make_clip
+
+    make_clip(tmp_path, "clip.avi", 17, (70, 94), 2.4, "MJPG", 1)
+    out = tmp_path / "tensors.npz"
+    args = ["--model", str(vision_model), "--video", str(tmp_path / "clip.avi"), "--json"]
+    result = run_cli(*args, "--pixels", pixels, "--compare-hf", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["modality"], report["processor"]) == ("video", "qwen_vl_video")
+    (video,) = report["videos"]
+    assert video["frames"] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16]
+    assert (video["total_frames"], video["fps"], video["size"]) == (17, 2.4, [70, 94])
+    compared = report["compare_hf"]
+    assert compared["prompt_ids_equal"] is True
+    assert compared["video"]["video_grid_thw"]["max_abs_diff"] == 0.0
+    assert compared["video"]["pixel_values"]["max_abs_diff"] <= (0 if pixels == "uint8" else 1e-6)
+    assert np.load(out)["video_grid_thw"].tolist() == [[8, 6, 4]]
+    human = run_cli(*args[:-1])
+    assert "frames     [0, 1, 2, 3, 4, 6" in human.stdout, human.stderr
+
+
 def test_float_pixels_and_options(vision_model, tmp_path):
     path = tmp_path / "photo.png"
     Image.new("RGB", (500, 400), (10, 200, 30)).save(path)

@@ -174,3 +174,20 @@ def test_a_video_placeholder_one_embedding_short_is_refused_by_the_worker(
     clips, engines, vision_model
 ):
     assert_short_video_refused(vision_model, engines["ours"], clips["mp4"])
+
+
+def test_tokenize_expands_a_video_as_vllm_s_server_does(clips, engines, gateways, vision_model):
+    messages = [{"role": "user", "content": [video(clips["avi"]), text("Describe.")]}]
+    want = httpx.post(
+        f"{engines['vllm'].base_url}/tokenize",
+        json={"model": REFERENCE_NAME, "messages": messages},
+        timeout=120,
+    )
+    got = httpx.post(
+        f"{gateways['gateway'].base_url}/tokenize",
+        json={"model": str(vision_model), "messages": messages},
+        timeout=120,
+    )
+    assert want.status_code == 200, want.text
+    assert got.status_code == 200, got.text
+    assert got.json()["tokens"] == want.json()["tokens"]

@@ -160,3 +160,33 @@ def test_placeholder_counts_tell_structural_tokens_apart():
     ids = [1, 9, 5, 5, 9, 5, 2]
     assert placeholder_counts(ids, (1, 5), None) == (5, 5)
     assert placeholder_counts(ids, (1, 5), 5) == (5, 3)
+
+
+def test_each_video_says_which_frames_its_loader_picked(vision_model, tmp_path):
+    from tests.support.video_e2e import data_uri as clip_uri
+    from tests.support.video_e2e import jpeg_frames, make_clip
+
+    clip = clip_uri(make_clip(tmp_path, "a.avi", 17, (70, 94), 2.4, "MJPG", 1), "video/x-msvideo")
+    still = data_uri(make_image(40, 30, seed=5))
+    parts = [
+        {"type": "video_url", "video_url": {"url": clip}},
+        {"type": "image_url", "image_url": {"url": still}},
+        {"type": "video_url", "video_url": {"url": jpeg_frames(3, (64, 48), 2)}},
+    ]
+    body = {"messages": [{"role": "user", "content": parts}]}
+    reply = asyncio.run(service(vision_model, mm_item_limits={}).preprocess(body))
+    assert reply["processed_by"] == "gateway" and reply["video_family"] == "qwen_vl_video"
+    assert len(reply["images"]) == 1 and reply["images"][0]["width"] == 40
+    first, second = reply["videos"]
+    # vLLM's Qwen2 loader at 2 fps: 15 of 17 frames at 2.4 fps, ending on the last
+    assert first["frames"] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16]
+    assert (first["total_frames"], first["fps"], first["mime"]) == (17, 2.4, "video/x-msvideo")
+    assert first["seconds"][:3] == [0.0, round(1 / 2.4, 3), round(2 / 2.4, 3)]
+    assert (first["width"], first["height"]) == (70, 94)
+    t, h, w = first["grid"]["video_grid_thw"]
+    assert t == 8  # 15 frames padded to 16, two per temporal patch
+    assert first["tokens"] == first["embeddings"] == t * h * w // 4
+    assert first["tensors"]["pixel_values"]["shape"][0] == t * h * w
+    # a frame list is every frame, at 1 fps, as vLLM reports it
+    assert (second["frames"], second["fps"], second["mime"]) == ([0, 1, 2], 1.0, "video/jpeg")
+    assert first["placeholder"]["offset"] < reply["images"][0]["placeholder"]["offset"]
