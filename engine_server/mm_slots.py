@@ -5,9 +5,11 @@ kills vLLM's engine core, so the worker checks it before admission. The count co
 model's own prompt-replacement rule in vLLM (e.g. Qwen2-VL: t*h*w / merge^2 pads), computed
 from the item's tensors: no model knowledge lives here. A rule that asks for the raw media's
 size (Pixtral's, LLaVA-NeXT's) is handed blank stand-ins of the size an item's `image_sizes`
-(height, width: the HF processors' name) says; models whose rule needs more than that are
+(height, width: the HF processors' name) says, and blank clips of a video's frame count and
+size where its pixels are frames (LLaVA-OneVision's); models whose rule needs more are
 admitted unchecked, unless the count is in their tensors (_PER_ITEM_TENSOR: Gemma 3,
-Idefics3, SmolVLM; _POOLED_POSITIONS: Gemma 4; _GRID_TENSOR: Kimi-K2.5).
+Idefics3, SmolVLM; _POOLED_POSITIONS: Gemma 4; _GRID_TENSOR: Kimi-K2.5; _VIDEO_GRID:
+GLM-4.1V's videos).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 from vllm.multimodal.inputs import MultiModalKwargsItems, PlaceholderRange
-from vllm.multimodal.parse import ImageProcessorItems, MultiModalDataItems
+from vllm.multimodal.parse import ImageProcessorItems, MultiModalDataItems, VideoProcessorItems
 
 from engine_server.errors import InvalidRequest
 
@@ -45,6 +47,10 @@ _POOLED_POSITIONS = {"gemma4": ("pixel_position_ids", "pooling_kernel_size")}
 # has h * w / (kh * kw) slots. A grid the merge does not divide, or one that is not the
 # item's patch count, would fail inside the tower: refused here.
 _GRID_TENSOR = {"kimi_k25": "grid_thws"}
+# GLM-4.1V's video rule (_construct_video_placeholder) writes per-frame-pair timestamps read
+# from the raw video's metadata, which never reaches the worker; its embeddings are the
+# `<|image|>` slots, h*w / merge^2 per pair of frames: t*h*w / merge^2 from the item's grid.
+_VIDEO_GRID = dict.fromkeys(("glm4v", "glm4v_moe"), "video_grid_thw")
 
 
 class EmbeddingSlots:
@@ -61,6 +67,10 @@ class EmbeddingSlots:
 
         grid = _GRID_TENSOR.get(getattr(config, "model_type", None))
         self._grid = (grid, tuple(config.vision_config.merge_kernel_size)) if grid else None
+        video_grid = _VIDEO_GRID.get(getattr(config, "model_type", None))
+        self._video_grid = (
+            (video_grid, int(getattr(vision, "spatial_merge_size", 2))) if video_grid else None
+        )
 
     def _per_unit(self, config: Any, field: str) -> int | None:
         """Slots per unit of the tensor: the model config's `field`, else vLLM's HF
@@ -94,6 +104,10 @@ class EmbeddingSlots:
             return _pooled_blocks(item[key].data, kernel) if key in item else None
         if self._grid is not None:
             return _grid_slots(mm_kwargs[modality][index], *self._grid, f"{modality} item {index}")
+        if self._video_grid is not None and modality == "video":
+            key, merge = self._video_grid
+            item = mm_kwargs[modality][index]
+            return int(item[key].data.prod()) // merge**2 if key in item else None
         if self._processor is None:
             return None
         try:
@@ -137,14 +151,32 @@ def _grid_slots(item: Any, key: str, merge: tuple[int, int], where: str) -> int 
 
 def _stand_ins(mm_kwargs: MultiModalKwargsItems) -> MultiModalDataItems:
     """Blank images (no memory: a broadcast zero) of the sizes the items' `image_sizes` say,
-    for rules that size the replacement from the image; media-less items when one has no size."""
+    for rules that size the replacement from the image; media-less items when one has no size.
+    Videos whose pixels are frames, (frames, 3, H, W) (LLaVA-OneVision's), get blank clips of
+    that many frames of that size, for rules that count frames."""
+    data: dict[str, Any] = {}
+    videos = [item.get("pixel_values_videos") for item in mm_kwargs.get("video", [])]
+    if videos and all(v is not None and v.data.ndim == 4 for v in videos):
+        blank = np.zeros((1, 1, 1, 3), np.uint8)
+        shapes = [v.data.shape for v in videos]
+        data["video"] = VideoProcessorItems(
+            [np.broadcast_to(blank, (int(f), int(h), int(w), 3)) for f, _, h, w in shapes]
+        )
+    images = _image_stand_ins(mm_kwargs)
+    if images is not None:
+        data["image"] = images
+    return MultiModalDataItems(data)
+
+
+def _image_stand_ins(mm_kwargs: MultiModalKwargsItems) -> ImageProcessorItems | None:
     sizes = [item.get("image_sizes") for item in mm_kwargs.get("image", [])]
     if not sizes:
-        return MultiModalDataItems({})
+        return None
     if any(size is None or size.data.numel() != 2 for size in sizes):
         # vLLM's own stand-in for images whose media is not at hand (cached by uuid): a rule
         # that only asks whether they are images or embeddings (InternVL's) can count.
-        return MultiModalDataItems({"image": ImageProcessorItems([None] * len(sizes))})
+        return ImageProcessorItems([None] * len(sizes))
     blank = np.zeros((1, 1, 3), np.uint8)
-    images = [np.broadcast_to(blank, (*map(int, s.data.tolist()), 3)) for s in sizes]
-    return MultiModalDataItems({"image": ImageProcessorItems(images)})
+    return ImageProcessorItems(
+        [np.broadcast_to(blank, (*map(int, s.data.tolist()), 3)) for s in sizes]
+    )

@@ -9,13 +9,17 @@ from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, Un
 from multimodal.processors.gemma3 import Gemma3Processor
 from multimodal.processors.gemma4 import Gemma4Processor
 from multimodal.processors.glm4v import Glm4vProcessor
+from multimodal.processors.glm4v_video import Glm4vVideoProcessor
 from multimodal.processors.idefics3 import Idefics3Processor, SmolVLMProcessor
 from multimodal.processors.internvl import InternVLProcessor
 from multimodal.processors.kimi_k25 import KimiK25Processor
 from multimodal.processors.llama4 import Llama4Processor
 from multimodal.processors.llava import LlavaProcessor
 from multimodal.processors.llava_next import LlavaNextProcessor
-from multimodal.processors.llava_onevision import LlavaOnevisionProcessor
+from multimodal.processors.llava_onevision import (
+    LlavaOnevisionProcessor,
+    LlavaOnevisionVideoProcessor,
+)
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
 from multimodal.processors.qwen3_vl_video import Qwen3VLVideoProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
@@ -39,6 +43,8 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     # videos
     QwenVLVideoProcessor,
     Qwen3VLVideoProcessor,
+    Glm4vVideoProcessor,
+    LlavaOnevisionVideoProcessor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]

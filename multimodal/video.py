@@ -139,7 +139,7 @@ def _decoded_frame_list(checked: str, policy: MediaPolicy) -> LoadedVideo:
     if len({f.shape for f in frames}) > 1:
         raise MediaDecodeError("the frames of a frame list must all have one size", kind="video")
     count = len(frames)
-    clip = DecodedClip(np.stack(frames), list(range(count)), count, 1.0)
+    clip = DecodedClip(np.stack(frames), list(range(count)), count, 1.0, frame_list=True)
     return LoadedVideo(clip, checked.encode(), FRAME_LIST_MIME)
 
 

@@ -26,12 +26,15 @@ __all__ = ["DecodedClip", "TooManyPixels", "decode_picked_frames", "open_capture
 @dataclass(frozen=True)
 class DecodedClip:
     """The frames kept (N, H, W, 3 uint8 RGB), their source indices, and the clip's facts
-    the picking saw (the corrected frame count and the container's rate)."""
+    the picking saw (the corrected frame count and the container's rate). `frame_list`: the
+    frames of a ``data:video/jpeg`` list, which vLLM takes whole without its loader (and
+    without the loader's ``do_sample_frames``, even though every frame is kept)."""
 
     frames: np.ndarray
     indices: list[int]
     total_frames: int
     fps: float
+    frame_list: bool = False
 
 
 class TooManyPixels(ValueError):

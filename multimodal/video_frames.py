@@ -6,7 +6,9 @@ Qwen2.5-VL; ``Qwen3VLVideoProcessor`` -> ``qwen3_vl``). Each loader computes the
 indices from the clip's frame count (after its seek-to-the-end correction) and rate, then
 decodes only those frames. To preprocess video in the gateway with the same frames, these
 functions port the index selection exactly: ``compute_frames_index_to_sample`` of
-``Qwen2VLVideoBackend`` and ``Qwen3VLVideoBackend`` in ``vllm/multimodal/video.py``.
+``Qwen2VLVideoBackend``, ``Qwen3VLVideoBackend``, ``DynamicVideoBackend`` (``opencv_dynamic``,
+GLM-4.1V's ``Glm4vVideoProcessor``) and ``VideoBackend`` (``opencv``, every model whose video
+processor names no loader of its own, e.g. LLaVA-OneVision) in ``vllm/multimodal/video.py``.
 
 Both loaders ignore the request's ``num_frames`` (vLLM passes 32 by default): only ``fps``
 (default 2, capped at 30) and the ``min_frames`` / ``max_frames`` (and, for Qwen2,
@@ -22,11 +24,22 @@ import math
 
 import numpy as np
 
-__all__ = ["MAX_FPS", "MAX_FRAMES", "UNKNOWN_FPS_QWEN3", "qwen2_vl_frames", "qwen3_vl_frames"]
+__all__ = [
+    "DEFAULT_NUM_FRAMES",
+    "MAX_FPS",
+    "MAX_FRAMES",
+    "UNKNOWN_FPS_QWEN3",
+    "glm4v_frames",
+    "qwen2_vl_frames",
+    "qwen3_vl_frames",
+    "uniform_frames",
+]
 
 MAX_FRAMES = 768  # both loaders' _MAX_FRAMES: a larger max_frames option is capped to it
 MAX_FPS = 30  # both loaders' _MAX_FPS: a larger requested fps is capped to it
 UNKNOWN_FPS_QWEN3 = 24.0  # the rate Qwen3's loader assumes when the container reports 0
+# VideoMediaIO's num_frames when --media-io-kwargs sets none: the `opencv` loader's cap.
+DEFAULT_NUM_FRAMES = 32
 
 
 def qwen2_vl_frames(
@@ -90,6 +103,52 @@ def qwen3_vl_frames(
     count = int(total_frames / source_fps * min(fps, MAX_FPS))
     count = min(max(count, min_frames), max_frames, total_frames)
     return np.linspace(0, total_frames - 1, count).round().astype(int).tolist()
+
+
+def glm4v_frames(
+    total_frames: int, source_fps: float, *, fps: float = 2, max_duration: float = 300
+) -> list[int]:
+    """The source frames vLLM's ``opencv_dynamic`` loader (GLM-4.1V, GLM-4.5V) keeps.
+
+    The clip lasts ``total / source_fps`` seconds (vLLM's OpenCV metadata; 0 at an unknown
+    rate). Up to ``max_duration`` seconds it takes ``floor(duration * fps)`` frames, the i-th
+    at ``ceil(i * source_fps / fps)``; a longer clip gets ``max_duration * fps`` frames at
+    evenly spaced seconds (every frame if the clip has no more). Deduplicated, sorted, and
+    clamped into the clip; unlike Qwen's loaders the count is not rounded to the temporal
+    patch (the video processor pads an odd count). ``num_frames`` is ignored.
+
+    Raises ValueError where vLLM gets no frame at all (a clip under half a second at 2 fps,
+    or an unknown rate): its processor then fails on the empty video.
+    """
+    duration = total_frames / source_fps if source_fps > 0 else 0
+    last = total_frames - 1
+    if duration <= max_duration:
+        count = math.floor(duration * fps)
+        picked = {min(last, math.ceil(i * source_fps / fps)) for i in range(count)}
+    else:
+        count = int(max_duration * fps)
+        if count >= total_frames:
+            return list(range(total_frames))
+        seconds = np.linspace(0, duration, count, endpoint=True)
+        picked = {min(last, math.ceil(t * source_fps)) for t in seconds.tolist()}
+    if not picked:
+        raise ValueError(
+            f"the clip ({total_frames} frame(s) at {source_fps:g} fps) is too short to sample "
+            f"at {fps:g} fps"
+        )
+    return sorted(picked)
+
+
+def uniform_frames(total_frames: int, num_frames: int = DEFAULT_NUM_FRAMES) -> list[int]:
+    """The source frames vLLM's default ``opencv`` loader keeps (its fps unset, as vLLM
+    passes it): every frame of a clip of at most ``num_frames``, else ``num_frames`` evenly
+    spaced from the first to the last, truncated (``np.linspace(..., dtype=int)``)."""
+    if total_frames < 1:
+        raise ValueError("the clip has no frames")
+    count = min(num_frames, total_frames) if num_frames > 0 else total_frames
+    if count == total_frames:
+        return list(range(total_frames))
+    return np.linspace(0, total_frames - 1, count, dtype=int).tolist()
 
 
 def _torch_float32_arange(end: int, step: float) -> np.ndarray:

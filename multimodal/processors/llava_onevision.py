@@ -19,7 +19,14 @@ zero-padded to the same tile count. What differs, and lives here:
   LlavaOnevisionConfig's (SigLIP tower 384/14, "full" feature selection, image token 151646)
   when a config leaves them out.
 
-Images only; OneVision's video path (pooled frames) is not here yet.
+Videos (`LlavaOnevisionVideoProcessor`): vLLM's default `opencv` loader keeps at most 32
+frames (`video_frames.uniform_frames`); transformers' video processor resizes every frame to
+its `size` (384x384, bicubic, no crop) and normalizes it (its class default is OpenAI CLIP's
+mean/std, not the image processor's 0.5); vLLM hands the frames over as one (frames, 3, H, W)
+item and counts ceil(grid / spatial_pool_stride)^2 tokens a frame plus one newline
+(LlavaOnevisionProcessingInfo.get_num_video_tokens), whatever the frame size. Videos of
+different lengths in one request kill vLLM 0.32's engine core (the model embeds such a batch
+3-D); they are refused here.
 """
 
 from __future__ import annotations
@@ -29,12 +36,22 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from multimodal.processors.base import ModelConfigs
+import numpy as np
+
+from multimodal.errors import MmgateError
+from multimodal.processors.base import (
+    ModelConfigError,
+    ModelConfigs,
+    ProcessedItems,
+    VideoProcessor,
+)
 from multimodal.processors.llava import TowerSettings, family_matches, tower_settings
 from multimodal.processors.llava_next import AnyresSettings, LlavaNextProcessor, unpadded_features
 from multimodal.processors.llava_next import _pinpoints as _checked_pinpoints
 from multimodal.processors.pixels import PixelPipeline, pixel_settings
 from multimodal.processors.transforms import select_best_resolution
+from multimodal.video_decode import DecodedClip
+from multimodal.video_frames import DEFAULT_NUM_FRAMES, uniform_frames
 
 MODEL_TYPES = ("llava_onevision",)
 IMAGE_PROCESSORS = ("LlavaOnevisionImageProcessor",)
@@ -46,6 +63,8 @@ DEFAULT_VISION = {"model_type": "siglip_vision_model", "image_size": 384, "patch
 DEFAULT_IMAGE_TOKEN_INDEX = 151646
 # The "anyres_max_9" of vLLM's count and merge: at most about 9 tiles' worth of features.
 MAX_TILES = 9
+VIDEO_PROCESSOR = "LlavaOnevisionVideoProcessor"
+DEFAULT_VIDEO_TOKEN_INDEX = 151647  # LlavaOnevisionConfig's
 
 
 def capped_features(
@@ -109,6 +128,81 @@ class LlavaOnevisionProcessor(LlavaNextProcessor):
 
     def num_image_tokens(self, height: int, width: int) -> int:
         return num_image_tokens(height, width, self.tower, self.model_pinpoints)
+
+
+class LlavaOnevisionVideoProcessor(VideoProcessor):
+    """A video is its frames, each resized and normalized as one item: (frames, 3, H, W)
+    under `pixel_values` (the engine's pixel_values_videos), batched."""
+
+    family = "llava_onevision_video"
+    title = "LLaVA-OneVision"
+    placeholder_text = "<video>"  # LlavaOnevisionForConditionalGeneration.get_placeholder_str
+
+    def __init__(self, pixels: PixelPipeline, frame_tokens: int, video_token_id: int) -> None:
+        self.pixels = pixels
+        self.frame_tokens = frame_tokens
+        self.video_token_id = video_token_id
+
+    @classmethod
+    def matches(cls, files: ModelConfigs) -> bool:
+        if not LlavaOnevisionProcessor.matches(files):
+            return False
+        return files.video_preprocessor.get("video_processor_type") in (None, VIDEO_PROCESSOR)
+
+    @classmethod
+    def from_files(cls, files: ModelConfigs) -> LlavaOnevisionVideoProcessor:
+        pre = files.video_preprocessor
+        size = dict(pre.get("size") or DEFAULT_SIZE)
+        if not (size.get("height") and size.get("width")):
+            raise ModelConfigError("LLaVA-OneVision videos resize to a height and width only")
+        if pre.get("do_sample_frames"):
+            raise ModelConfigError("LLaVA-OneVision videos with do_sample_frames on")
+        # The class's do_center_crop is None (no crop), where pixel_settings defaults to one.
+        crop_on = bool(pre.get("do_center_crop"))
+        settings = pixel_settings({**pre, "size": size, "do_pad": False, "do_center_crop": crop_on})
+        config = _with_defaults(files).config
+        grid = tower_settings(_with_defaults(files)).grid
+        pooled = math.ceil(grid / int(config.get("spatial_pool_stride", 2)))
+        token = config.get("video_token_index", config.get("video_token_id"))
+        if token is None:
+            token = files.vocab.get("<video>", DEFAULT_VIDEO_TOKEN_INDEX)
+        return cls(PixelPipeline(settings), pooled * pooled, int(token))
+
+    @property
+    def anchor_token_id(self) -> int:
+        return self.video_token_id
+
+    def pick_frames(self, total_frames: int, fps: float, settings: Any) -> list[int]:
+        return uniform_frames(total_frames, DEFAULT_NUM_FRAMES)
+
+    def process(
+        self, clips: Sequence[DecodedClip], settings: Any, raw_pixels: bool
+    ) -> ProcessedItems:
+        if len({len(clip.indices) for clip in clips}) > 1:
+            # vLLM 0.32 hands videos of different lengths to the model as a list, whose
+            # embeddings it returns 3-D: its engine core dies on them. Refused instead.
+            raise MmgateError(
+                "the videos of one request must have the same number of frames after "
+                f"sampling for {self.title} (at most {DEFAULT_NUM_FRAMES}; these have "
+                f"{[len(clip.indices) for clip in clips]})",
+                param="messages",
+            )
+        videos = [self._frames(clip.frames, raw_pixels) for clip in clips]
+        tokens = self.frame_tokens * len(videos[0]) + 1
+        return ProcessedItems(
+            tensors={"pixel_values": np.stack(videos)},
+            batched_keys=("pixel_values",),
+            replacements=[[self.video_token_id] * tokens for _ in videos],
+        )
+
+    def _frames(self, frames: np.ndarray, raw_pixels: bool) -> np.ndarray:
+        """(N, H, W, 3) uint8 to (N, 3, h, w): uint8 when raw, else normalized float32."""
+        first = self.pixels.resize_and_crop(frames[0])
+        out = np.empty((len(frames), 3, *first.shape[:2]), self.pixels.out_dtype(raw_pixels))
+        for k, frame in enumerate(frames):
+            resized = first if k == 0 else self.pixels.resize_and_crop(frame)
+            self.pixels.finish(resized, raw_pixels, out[k])
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -108,6 +108,22 @@ PREPROCESSOR: dict[str, Any] = {
     "image_processor_type": "Glm4vImageProcessor",
     "processor_class": "Glm4vProcessor",
 }
+# The released video_preprocessor_config.json of GLM-4.1V-9B-Thinking and GLM-4.5V (what
+# vLLM picks its `opencv_dynamic` loader by): Glm4vVideoProcessor with the image's patch
+# geometry and mean/std, and its own pixel bounds over all frames.
+VIDEO_PREPROCESSOR: dict[str, Any] = {
+    "size": {"shortest_edge": 12544, "longest_edge": 47040000},
+    "do_rescale": True,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "video_processor_type": "Glm4vVideoProcessor",
+    "processor_class": "Glm4vProcessor",
+}
+# With `tiny`: at most 64 merged patches over all frames (the bound holds for t x h x w).
+TINY_VIDEO_PIXELS = {"shortest_edge": 12544, "longest_edge": 2 * 28 * 28 * 64}
 PROCESSOR_CLASSES = {
     "glm4v": ("Glm4vImageProcessor", "Glm4vProcessor"),
     "glm4v_moe": ("Glm46VImageProcessor", "Glm46VProcessor"),
@@ -166,7 +182,7 @@ def build_model(
     64 merged patches (else the released limits). The `glm46v` variant has no weights."""
     if variant not in VARIANTS:
         raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
-    from engine_server.tiny_models import save_processor, token_ids
+    from engine_server.tiny_models import save_processor, token_ids, write_json
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -185,8 +201,17 @@ def build_model(
         "image_processor_type": image_class,
         "processor_class": processor_class,
     }
-    processor = _processor(processor_class, pre, tokenizer)
+    # GLM-4.6V's own video processor (Glm46VVideoProcessor) keeps its class defaults here.
+    video = None
+    if processor_class == "Glm4vProcessor":
+        video = {
+            **VIDEO_PREPROCESSOR,
+            "size": TINY_VIDEO_PIXELS if tiny else VIDEO_PREPROCESSOR["size"],
+        }
+    processor = _processor(processor_class, pre, tokenizer, video)
     save_processor(processor, tokenizer, out_dir, CHAT_TEMPLATE, pre)
+    if video is not None:
+        write_json(out_dir / "video_preprocessor_config.json", video)
     return out_dir
 
 
@@ -229,15 +254,17 @@ def _config(variant: str, tokenizer: Any, ids: dict[str, int]) -> Any:
     return config
 
 
-def _processor(processor_class: str, pre: dict[str, Any], tokenizer: Any) -> Any:
+def _processor(
+    processor_class: str, pre: dict[str, Any], tokenizer: Any, video_pre: dict[str, Any] | None
+) -> Any:
     import transformers
 
     prefix = processor_class.removesuffix("Processor")
-    settings = {
-        k: v for k, v in pre.items() if k not in ("image_processor_type", "processor_class")
-    }
+    names = ("image_processor_type", "video_processor_type", "processor_class")
+    settings = {k: v for k, v in pre.items() if k not in names}
     image = getattr(transformers, f"{prefix}ImageProcessor")(**settings)
-    video = getattr(transformers, f"{prefix}VideoProcessor")()
+    video_settings = {k: v for k, v in (video_pre or {}).items() if k not in names}
+    video = getattr(transformers, f"{prefix}VideoProcessor")(**video_settings)
     return getattr(transformers, processor_class)(
         image_processor=image,
         video_processor=video,

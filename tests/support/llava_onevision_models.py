@@ -58,6 +58,21 @@ IMAGE_PROCESSOR_KWARGS: dict[str, Any] = {
     "size": {"height": 384, "width": 384},
 }
 
+# The released video_preprocessor_config.json's values: every frame resized to 384x384,
+# bicubic, with the image processor's SigLIP mean/std (LlavaOnevisionVideoProcessor's class
+# defaults are OpenAI CLIP's).
+VIDEO_PROCESSOR_KWARGS: dict[str, Any] = {
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "resample": 3,
+    "rescale_factor": 1 / 255,
+    "size": {"height": 384, "width": 384},
+}
+
 # head_dim 32 in both towers (vLLM's CPU attention needs 32/64/80/...).
 _TEXT: dict[str, Any] = {
     "model_type": "qwen2",
@@ -95,7 +110,7 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         LlavaOnevisionVideoProcessor,
     )
 
-    from engine_server.tiny_models import fast_tokenizer, save_processor, token_ids
+    from engine_server.tiny_models import fast_tokenizer, save_processor, token_ids, write_json
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -131,10 +146,11 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
         config.save_pretrained(out_dir)
 
     image_processor = LlavaOnevisionImageProcessor(**IMAGE_PROCESSOR_KWARGS)
+    video_processor = LlavaOnevisionVideoProcessor(**VIDEO_PROCESSOR_KWARGS)
     processor = LlavaOnevisionProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
-        video_processor=LlavaOnevisionVideoProcessor(),
+        video_processor=video_processor,
         num_image_tokens=(_VISION["image_size"] // _VISION["patch_size"]) ** 2,
         vision_feature_select_strategy="full",
         vision_aspect_ratio="anyres_max_9",
@@ -142,6 +158,8 @@ def build_model(out_dir: Path, weights: bool = True) -> Path:
     )
     pre = {**image_processor.to_dict(), "processor_class": "LlavaOnevisionProcessor"}
     save_processor(processor, tokenizer, out_dir, CHAT_TEMPLATE, pre)
+    video_pre = {**video_processor.to_dict(), "processor_class": "LlavaOnevisionProcessor"}
+    write_json(out_dir / "video_preprocessor_config.json", video_pre)
     return out_dir
 
 

@@ -8,6 +8,7 @@ prompt ids and every item's tensors, which the gateway's must equal exactly.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,24 +24,16 @@ def vllm_video_inputs(
     options: dict | None = None,
     **config: Any,
 ) -> dict[str, Any]:
-    """{"prompt_token_ids": [...], "dtype": the model's, "video": [{tensor name: array}, ...],
-    "image": [...]} (bfloat16 tensors as float32 arrays of their values) for a
-    user message of the images' parts, then the videos' (URLs: data: URIs), then `text`.
+    """{"prompt_token_ids": [...], "ranges": {modality: [(offset, length), ...]}, "dtype":
+    the model's, "video": [{tensor name: array}, ...], "image": [...]} (bfloat16 tensors as
+    float32 arrays of their values) for a user message of the images' parts, then the
+    videos' (URLs: data: URIs), then `text`.
     `options`: mm_processor_kwargs; `config`: more of vLLM's ModelConfig."""
-    from transformers import AutoTokenizer
-    from vllm.config import ModelConfig
-    from vllm.multimodal import MULTIMODAL_REGISTRY
-    from vllm.multimodal.media.connector import MediaConnector
     from vllm.multimodal.processing.context import TimingContext
     from vllm.multimodal.processing.inputs import ProcessorInputs
-    from vllm.transformers_utils.processor import get_video_processor_cls_name
 
-    model_config = ModelConfig(model=str(model), **config)
-    processor = MULTIMODAL_REGISTRY.create_processor(model_config)
-    connector = MediaConnector(media_io_kwargs=model_config.get_multimodal_config().media_io_kwargs)
-    loader = get_video_processor_cls_name(model_config)
+    processor, connector, loader, tokenizer = _setup(model, config)
     loaded = [connector.fetch_video(url, video_processor=loader).media for url in videos]
-    tokenizer = AutoTokenizer.from_pretrained(model)
     content = [{"type": "image"}] * len(images) + [{"type": "video"}] * len(videos)
     chat = [{"role": "user", "content": [*content, {"type": "text", "text": text}]}]
     prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
@@ -55,13 +48,42 @@ def vllm_video_inputs(
     # engine casts the wire's float32 the same way): "dtype" says which.
     result: dict[str, Any] = {
         "prompt_token_ids": list(out["prompt_token_ids"]),
-        "dtype": str(model_config.dtype).removeprefix("torch."),
+        "ranges": {
+            modality: [(p.offset, p.length) for p in ranges]
+            for modality, ranges in out["mm_placeholders"].items()
+        },
+        "dtype": str(processor.info.ctx.model_config.dtype).removeprefix("torch."),
     }
     for modality, kwargs_items in out["mm_kwargs"].items():
         result[modality] = [
             {key: _array(element.data) for key, element in item.items()} for item in kwargs_items
         ]
     return result
+
+
+# (model, ModelConfig kwargs) -> vLLM's processor, media connector, loader name and tokenizer:
+# made once per test session (a few seconds each), as a server makes them once.
+_SETUPS: dict[str, tuple[Any, Any, Any, Any]] = {}
+
+
+def _setup(model: Path, config: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    key = json.dumps([str(model), config], sort_keys=True, default=str)
+    if key not in _SETUPS:
+        from transformers import AutoTokenizer
+        from vllm.config import ModelConfig
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+        from vllm.multimodal.media.connector import MediaConnector
+        from vllm.transformers_utils.processor import get_video_processor_cls_name
+
+        model_config = ModelConfig(model=str(model), **config)
+        media_io_kwargs = model_config.get_multimodal_config().media_io_kwargs
+        _SETUPS[key] = (
+            MULTIMODAL_REGISTRY.create_processor(model_config),
+            MediaConnector(media_io_kwargs=media_io_kwargs),
+            get_video_processor_cls_name(model_config),
+            AutoTokenizer.from_pretrained(model),
+        )
+    return _SETUPS[key]
 
 
 def _array(value: Any) -> Any:

@@ -1,5 +1,6 @@
 """The frames multimodal.video_frames picks, and multimodal.video_decode decodes, are the
-ones vLLM's own Qwen2-VL and Qwen3-VL video loaders decode. Clips are written here by
+ones vLLM's own Qwen2-VL, Qwen3-VL, GLM-4.1V (`opencv_dynamic`) and default (`opencv`,
+e.g. LLaVA-OneVision) video loaders decode. Clips are written here by
 OpenCV (MJPG in AVI, so frames decode almost exactly), each frame painted with its own
 index so a decoded frame reveals it."""
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from multimodal.video_decode import decode_picked_frames
-from multimodal.video_frames import qwen2_vl_frames, qwen3_vl_frames
+from multimodal.video_frames import glm4v_frames, qwen2_vl_frames, qwen3_vl_frames, uniform_frames
 
 video = pytest.importorskip("vllm.multimodal.video")
 
@@ -48,11 +49,11 @@ def clip(tmp_path_factory, frames: int, fps: float) -> bytes:
     return _CLIPS[frames, fps]
 
 
-def vllm_frames(processor: str, data: bytes, **media_io_kwargs) -> list[int]:
-    """The source indices vLLM's loader for ``processor`` decodes, called as VideoMediaIO
-    calls it (``num_frames`` 32 unless the request sets it), read from the frames' pixels
-    and checked against the loader's metadata."""
-    backend = video.get_video_loader_backend_for_processor(processor)
+def vllm_frames(processor: str | None, data: bytes, **media_io_kwargs) -> list[int]:
+    """The source indices vLLM's loader for ``processor`` (None: the default loader)
+    decodes, called as VideoMediaIO calls it (``num_frames`` 32 unless the request sets it),
+    read from the frames' pixels and checked against the loader's metadata."""
+    backend = video.get_video_loader_backend_for_processor(processor) or "opencv"
     loader = video.VIDEO_LOADER_REGISTRY.load(backend)
     num_frames = media_io_kwargs.pop("num_frames", 32)
     frames, metadata = loader.load_bytes(data, num_frames=num_frames, **media_io_kwargs)
@@ -100,6 +101,42 @@ def test_qwen3_vl_picks_vllms_frames(tmp_path_factory, frames, rate):
         expected = vllm_frames("Qwen3VLVideoProcessor", data, **request)
         fps = request.get("fps", 2)
         assert qwen3_vl_frames(total, source_fps, fps=fps) == expected, request
+
+
+@pytest.mark.parametrize("frames", LENGTHS)
+@pytest.mark.parametrize("rate", RATES)
+def test_glm4v_picks_vllms_frames(tmp_path_factory, frames, rate):
+    data = clip(tmp_path_factory, frames, rate)
+    total, source_fps = facts(data)
+    for request in REQUESTS:
+        fps = request.get("fps", 2)
+        try:
+            expected = vllm_frames("Glm4vVideoProcessor", data, **request)
+        except ValueError:  # under one frame at this rate: vLLM's read fails, we refuse
+            with pytest.raises(ValueError, match="too short"):
+                glm4v_frames(total, source_fps, fps=fps)
+        else:
+            assert glm4v_frames(total, source_fps, fps=fps) == expected, request
+
+
+def test_glm4v_samples_a_long_clip_at_evenly_spaced_seconds(tmp_path_factory):
+    """Beyond max_duration (300 s; 6 s here, as --media-io-kwargs may set it) the loader
+    takes max_duration * fps frames spread over the whole clip."""
+    data = clip(tmp_path_factory, 100, 7.5)  # 13.3 s
+    total, source_fps = facts(data)
+    expected = vllm_frames("Glm4vVideoProcessor", data, max_duration=6)
+    assert glm4v_frames(total, source_fps, max_duration=6) == expected
+    assert len(expected) == 12 and expected[-1] == 99
+
+
+@pytest.mark.parametrize("frames", LENGTHS)
+def test_the_default_loader_picks_vllms_frames(tmp_path_factory, frames):
+    data = clip(tmp_path_factory, frames, 24.0)
+    total, _ = facts(data)
+    assert uniform_frames(total) == vllm_frames(None, data)
+    assert uniform_frames(total, 5) == vllm_frames(None, data, num_frames=5)
+    # LLaVA-OneVision names a video processor with no loader of its own
+    assert video.get_video_loader_backend_for_processor("LlavaOnevisionVideoProcessor") is None
 
 
 def test_sampling_options_from_media_io_kwargs(tmp_path_factory):
