@@ -5,15 +5,18 @@ own path (its video loader + its multimodal processor, transformers' video proce
 
 Clips are made once with OpenCV (mp4v, moving gradients with noise): 10 s of 1280x720 and 60 s
 of 854x480, both at 30 fps. Per family (the tiny test models' configs with the video
-processor's released pixel limits; weights are not loaded), it times:
+processor's released pixel limits: Qwen2-VL, Qwen3-VL, GLM-4.1V, LLaVA-OneVision; weights are
+not loaded), it times:
 
 * decode: ``video_decode.decode_picked_frames`` with the family's frame choice, alone: the
   floor both paths share (OpenCV reads every frame up to the last one picked);
 * ours u8 / f32: ``multimodal.pipeline.decode_items`` + ``prepare`` (frames, patches, prompt
   expansion, hashes), uint8 (engines normalizing on device, vLLM's CPU default) and float32;
 * vLLM: ``MediaConnector.fetch_video`` (the loader vLLM picks from the checkpoint's video
-  processor) + ``processor.apply`` on the chat prompt, what ``vllm serve`` runs per request
-  (its output checked equal to ours u8 before timing).
+  processor) + ``processor.apply`` on the chat prompt, what ``vllm serve`` runs per request:
+  uint8 where its engine normalizes on device (the Qwens, GLM), float32 otherwise
+  (LLaVA-OneVision); checked equal to ours on the same path before timing, and the ratio
+  taken against ours on that path.
 
 The last column is the most any preprocessing could gain over vLLM while decoding the same
 frames the same way (vLLM's ms over the decode's alone).
@@ -65,14 +68,22 @@ def make_clip(path: Path, seconds: int, size: tuple[int, int]) -> bytes:
 
 
 def family_models(root: Path) -> dict[str, Path]:
-    """Model dirs per family, built as the tests build them (tiny weights, unused here)."""
+    """Model dirs per family, built as the tests build them (tiny weights, unused here), with
+    the released video limits."""
     from engine_server.tiny_models import ensure_model
+    from tests.support.glm4v_models import build_model as glm4v
+    from tests.support.llava_onevision_models import build_model as llava_onevision
     from tests.support.qwen3_vl_models import build_model as qwen3_vl
 
     qwen2 = root / "qwen2_vl"
     shutil.copytree(ensure_model("vision", root / "cache"), qwen2)
     _set_video_pixels(qwen2, QWEN2_VIDEO_PIXELS)
-    return {"qwen2_vl": qwen2, "qwen3_vl": qwen3_vl(root / "qwen3_vl")}
+    return {
+        "qwen2_vl": qwen2,
+        "qwen3_vl": qwen3_vl(root / "qwen3_vl"),
+        "glm4v": glm4v(root / "glm4v", weights=False, tiny=False),
+        "llava_onevision": llava_onevision(root / "llava_onevision", weights=False),
+    }
 
 
 def _set_video_pixels(model: Path, size: dict[str, int]) -> None:
@@ -122,7 +133,7 @@ class Vllm:
         from vllm.multimodal.media.connector import MediaConnector
         from vllm.transformers_utils.processor import get_video_processor_cls_name
 
-        config = ModelConfig(model=str(model))
+        config = ModelConfig(model=str(model), dtype="float32")
         self.processor = MULTIMODAL_REGISTRY.create_processor(config)
         self.connector = MediaConnector(media_io_kwargs={})
         self.loader = get_video_processor_cls_name(config)
@@ -141,12 +152,26 @@ class Vllm:
         return self.processor.apply(inputs, TimingContext(enabled=False))
 
 
+def vllm_is_raw(theirs) -> bool:
+    """Whether vLLM's processor left the pixels uint8 (its engine normalizes on device)."""
+    (item,) = theirs["mm_kwargs"]["video"]
+    return item["pixel_values_videos"].data.dtype == torch_uint8()
+
+
+def torch_uint8():
+    import torch
+
+    return torch.uint8
+
+
 def check_equal(ours, theirs) -> None:
+    """Ours on vLLM's path equals vLLM's: ids exactly, uint8 exactly, floats within 1e-5."""
     (part,) = ours.parts
     (item,) = theirs["mm_kwargs"]["video"]
     got = part.processed.tensors["pixel_values"]
-    want = item["pixel_values_videos"].data.numpy()
-    if ours.prompt_ids != list(theirs["prompt_token_ids"]) or not np.array_equal(got, want):
+    want = item["pixel_values_videos"].data.float().numpy().reshape(got.shape)
+    same = np.array_equal(got, want) if got.dtype == np.uint8 else np.allclose(got, want, atol=1e-5)
+    if ours.prompt_ids != list(theirs["prompt_token_ids"]) or not same:
         raise SystemExit("ours and vLLM's differ: not timing")
 
 
@@ -166,7 +191,7 @@ def timed(variants: dict[str, Callable[[], object]], repeats: int) -> dict[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--family", help="one family (qwen2_vl, qwen3_vl)")
+    parser.add_argument("--family", help="one family (qwen2_vl, qwen3_vl, glm4v, llava_onevision)")
     parser.add_argument("--quick", action="store_true", help="the 10 s clip only, 3 rounds")
     args = parser.parse_args()
     import torch
@@ -188,8 +213,8 @@ def run(args: argparse.Namespace, root: Path) -> None:
     uris = {k: "data:video/mp4;base64," + base64.b64encode(v).decode() for k, v in data.items()}
     models = family_models(root)
     print(
-        "| family | clip | frames | grid | decode | ours u8 | ours f32 | vLLM | vLLM / ours u8 "
-        "| ours u8 / decode |"
+        "| family | clip | frames | grid or shape | decode | ours u8 | ours f32 | vLLM "
+        "| vLLM / ours | ceiling: vLLM / decode |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for family, model in models.items():
@@ -201,9 +226,11 @@ def run(args: argparse.Namespace, root: Path) -> None:
 
 
 def row(family: str, clip: str, ours: Ours, vllm: Vllm, data: bytes, uri: str, repeats: int) -> str:
-    check_equal(ours.run(uri, True), vllm.run(uri))
+    raw = vllm_is_raw(vllm.run(uri))
+    check_equal(ours.run(uri, raw), vllm.run(uri))
     decoded = ours.decode(data)
-    grid = ours.run(uri, True).parts[0].processed.tensors["video_grid_thw"][0].tolist()
+    tensors = ours.run(uri, raw).parts[0].processed.tensors
+    shape = tensors.get("video_grid_thw", np.asarray([tensors["pixel_values"].shape]))[0]
     ms = timed(
         {
             "decode": lambda: ours.decode(data),
@@ -213,10 +240,12 @@ def row(family: str, clip: str, ours: Ours, vllm: Vllm, data: bytes, uri: str, r
         },
         repeats,
     )
+    path = "u8" if raw else "f32"
     return (
-        f"| {family} | {clip} | {len(decoded.indices)} of {decoded.total_frames} | {grid} "
-        f"| {ms['decode']:.0f} | {ms['u8']:.0f} | {ms['f32']:.0f} | {ms['vllm']:.0f} "
-        f"| {ms['vllm'] / ms['u8']:.2f}x | {ms['vllm'] / ms['decode']:.2f}x |"
+        f"| {family} | {clip} | {len(decoded.indices)} of {decoded.total_frames} "
+        f"| {shape.tolist()} | {ms['decode']:.0f} | {ms['u8']:.0f} | {ms['f32']:.0f} "
+        f"| {ms['vllm']:.0f} ({path}) | {ms['vllm'] / ms[path]:.2f}x "
+        f"| {ms['vllm'] / ms['decode']:.2f}x |"
     )
 
 
