@@ -14,7 +14,7 @@ The two differ only in the frame count smart_resize sees (its own, not the image
 on round(t / 2) * 2 frames, the shrink by t itself), which can move the size. A count under
 the temporal patch fails in transformers (and so in vLLM); it is refused here.
 
-Pixels are Qwen2-VL's patch layout (`transforms.temporal_patches`), uint8 when the engine
+Pixels are Qwen2-VL's patch layout (`transforms.video_patches`), uint8 when the engine
 normalizes on device (GLM's default in vLLM). The prompt is vLLM's, not transformers': its
 replacement target is `<|begin_of_video|><|video|><|end_of_video|>` and the replacement
 (`_construct_video_placeholder`) is, per pair of frames, `<|begin_of_image|>`, `<|image|>`
@@ -52,8 +52,7 @@ from multimodal.processors.transforms import (
     CLIP_STD,
     channel_triple,
     fused_normalization,
-    resize_frames,
-    temporal_patches,
+    video_patches,
 )
 from multimodal.prompt import Range
 from multimodal.video_decode import DecodedClip
@@ -241,10 +240,9 @@ class Glm4vVideoProcessor(VideoProcessor):
             len(frames), frames.shape[1], frames.shape[2], s.temporal_patch_size,
             s.patch_size * s.merge_size, s.min_pixels, s.max_pixels,
         )  # fmt: skip
-        resized = resize_frames(frames, height, width, "bicubic")
         normalize = None if raw_pixels else self._normalize
-        rows = temporal_patches(
-            resized, s.patch_size, s.merge_size, s.temporal_patch_size, normalize
+        rows = video_patches(
+            frames, height, width, s.patch_size, s.merge_size, s.temporal_patch_size, normalize
         )
         grid_t = -(-len(frames) // s.temporal_patch_size)
         return rows, (grid_t, height // s.patch_size, width // s.patch_size)

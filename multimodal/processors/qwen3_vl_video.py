@@ -40,8 +40,7 @@ from multimodal.processors.transforms import (
     RESAMPLE,
     channel_triple,
     fused_normalization,
-    resize_frames,
-    temporal_patches,
+    video_patches,
 )
 from multimodal.video_decode import DecodedClip
 from multimodal.video_frames import UNKNOWN_FPS_QWEN3, qwen3_vl_frames
@@ -209,12 +208,17 @@ class Qwen3VLVideoProcessor(VideoProcessor):
         for clip in clips:
             frames, indices, fps = self._sampled(clip, settings)
             height, width = self._target_size(frames, settings)
-            resized = resize_frames(frames, height, width, "bicubic")
             normalize = None if raw_pixels else self._normalize
             patches.append(
-                temporal_patches(
-                    resized, m.patch_size, m.merge_size, m.temporal_patch_size, normalize
-                )
+                video_patches(
+                    frames,
+                    height,
+                    width,
+                    m.patch_size,
+                    m.merge_size,
+                    m.temporal_patch_size,
+                    normalize,
+                )  # fmt: skip
             )
             grid = (
                 -(-len(frames) // m.temporal_patch_size),

@@ -26,8 +26,7 @@ from multimodal.processors.transforms import (
     CLIP_STD,
     channel_triple,
     fused_normalization,
-    resize_frames,
-    temporal_patches,
+    video_patches,
 )
 from multimodal.video_decode import DecodedClip
 from multimodal.video_frames import MAX_FRAMES, qwen2_vl_frames
@@ -156,10 +155,9 @@ class QwenVLVideoProcessor(VideoProcessor):
         height, width = smart_resize(
             frames.shape[1], frames.shape[2], factor, sampling.min_pixels, sampling.max_pixels
         )
-        resized = resize_frames(frames, height, width, "bicubic")
         normalize = None if raw_pixels else self._normalize
-        rows = temporal_patches(
-            resized, s.patch_size, s.merge_size, s.temporal_patch_size, normalize
+        rows = video_patches(
+            frames, height, width, s.patch_size, s.merge_size, s.temporal_patch_size, normalize
         )
         grid_t = -(-len(frames) // s.temporal_patch_size)
         return rows, (grid_t, height // s.patch_size, width // s.patch_size)

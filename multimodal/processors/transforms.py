@@ -161,12 +161,14 @@ def temporal_patches(
     merge: int,
     temporal: int,
     normalize: tuple[np.ndarray, np.ndarray] | None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """transformers' Qwen2-VL video `patchify` on resized (N, H, W, 3) uint8 frames: a count
     not divisible by `temporal` padded by repeating the last frame; one row per
     (t, h, w) patch, merge groups adjacent, each row (channel, temporal, row, column).
     uint8 rows if `normalize` is None, else float32 (x - mean) / std with (mean, std) from
-    `fused_normalization` (transformers normalizes before the layout; per element the same)."""
+    `fused_normalization` (transformers normalizes before the layout; per element the same).
+    Written into `out` (rows x columns, of that dtype) when given."""
     if pad_count := -len(frames) % temporal:
         frames = np.concatenate([frames, np.repeat(frames[-1:], pad_count, axis=0)])
     n, h, w, c = frames.shape
@@ -174,11 +176,40 @@ def temporal_patches(
     blocks = frames.reshape(gt, temporal, gh // merge, merge, patch, gw // merge, merge, patch, c)
     # -> (gt, gh/m, gw/m, m, m, c, temporal, p, p)
     blocks = blocks.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)
-    if normalize is None:
-        return np.ascontiguousarray(blocks).reshape(gt * gh * gw, c * temporal * patch * patch)
-    mean, std = normalize
     shape = (gt * gh * gw, c * temporal * patch * patch)
-    out = np.empty(blocks.shape, np.float32)
-    np.subtract(blocks, mean.reshape(c, 1, 1, 1), out=out, dtype=np.float32)
-    np.divide(out, std.reshape(c, 1, 1, 1), out=out)
-    return out.reshape(shape)
+    if out is None:
+        out = np.empty(shape, np.uint8 if normalize is None else np.float32)
+    laid_out = out.reshape(blocks.shape)
+    if normalize is None:
+        np.copyto(laid_out, blocks)
+        return out
+    mean, std = normalize
+    np.subtract(blocks, mean.reshape(c, 1, 1, 1), out=laid_out, dtype=np.float32)
+    np.divide(laid_out, std.reshape(c, 1, 1, 1), out=laid_out)
+    return out
+
+
+def video_patches(
+    frames: np.ndarray,
+    height: int,
+    width: int,
+    patch: int,
+    merge: int,
+    temporal: int,
+    normalize: tuple[np.ndarray, np.ndarray] | None,
+) -> np.ndarray:
+    """`resize_frames` (bicubic) then `temporal_patches`, one temporal patch of frames at a
+    time: the resized clip is never whole in memory (144 MB for two minutes of 480p at 2
+    fps), and the output comes from the native pool (a clip's patches are tens to hundreds of
+    MB, which fresh pages would make the kernel zero on every request)."""
+    groups = -(-len(frames) // temporal)
+    rows = (height // patch) * (width // patch)
+    dtype = np.uint8 if normalize is None else np.float32
+    out = native.OUTPUTS.empty((groups * rows, 3 * temporal * patch * patch), dtype)
+    last = len(frames) - 1
+    for g in range(groups):
+        # an odd count's last group repeats the last frame, as transformers pads
+        picked = frames[[min(g * temporal + k, last) for k in range(temporal)]]
+        resized = resize_frames(picked, height, width, "bicubic")
+        temporal_patches(resized, patch, merge, temporal, normalize, out[g * rows : (g + 1) * rows])
+    return out
