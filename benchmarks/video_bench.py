@@ -119,10 +119,13 @@ class Ours:
         return prepare([(self.processor, items)], self.prompt_ids, {}, PixelEncoding(raw=raw))
 
     def decode(self, data: bytes):
+        from multimodal.processors.base import VideoSampling
         from multimodal.video_decode import decode_picked_frames
 
         settings = self.processor.defaults
-        return decode_picked_frames(data, lambda t, f: self.processor.pick_frames(t, f, settings))
+        return decode_picked_frames(
+            data, lambda t, f: self.processor.pick_frames(t, f, settings, VideoSampling())
+        )
 
 
 class Vllm:

@@ -17,9 +17,16 @@ from typing import Any, Protocol
 from multimodal.errors import MediaError
 from multimodal.hashing import item_hash, settings_fingerprint
 from multimodal.media import MediaPolicy, decode_sources
-from multimodal.processors.base import ItemProcessor, Modality, ProcessedItems, VideoProcessor
+from multimodal.processors.base import (
+    ItemProcessor,
+    Modality,
+    ProcessedItems,
+    VideoProcessor,
+    VideoSampling,
+)
+from multimodal.processors.options import first_set
 from multimodal.prompt import Placeholders, Range, expand
-from multimodal.video import load_video
+from multimodal.video import FRAME_LIST_FRAMES, FrameListSampling, load_video
 from multimodal.wire import (
     FLOAT_DTYPES,
     Piece,
@@ -30,6 +37,7 @@ from multimodal.wire import (
 )
 from protos import vllm_engine_pb2 as pb
 
+NO_SAMPLING = VideoSampling()
 _MM_INPUTS = field_number(pb.GenerateRequest, "mm_inputs")
 _EXTRA_MM_INPUTS = field_number(pb.GenerateRequest, "extra_mm_inputs")
 
@@ -50,25 +58,30 @@ def decode_items(
     downloaded: Sequence[bytes | None],
     settings: Any,
     policy: MediaPolicy,
+    sampling: VideoSampling = NO_SAMPLING,
 ) -> list[LoadedItem]:
     """Blocking: one modality's sources decoded for `processor` (`downloaded`: the bytes of
     http(s) sources, None for the others): images as vLLM decodes them, videos with the
-    frames the family's loader picks under `settings` (from `processor.resolve`). A failure
-    carries the item's index among them."""
+    frames the family's loader picks under `settings` (from `processor.resolve`) and the
+    request's `sampling`. A failure carries the item's index among them."""
     if not isinstance(processor, VideoProcessor):
         return list(decode_sources(sources, downloaded, policy))
     videos: list[LoadedItem] = []
+    pick = _picker(processor, settings, sampling)
+    frame_list = FrameListSampling(
+        first_set(sampling.num_frames, FRAME_LIST_FRAMES), first_set(sampling.fps, 1.0)
+    )
     for index, (source, raw) in enumerate(zip(sources, downloaded, strict=True)):
         try:
-            videos.append(load_video(source, raw, policy, _picker(processor, settings)))
+            videos.append(load_video(source, raw, policy, pick, frame_list))
         except MediaError as error:
             error.index, error.kind = index, "video"
             raise
     return videos
 
 
-def _picker(processor: VideoProcessor, settings: Any):
-    return lambda total, fps: processor.pick_frames(total, fps, settings)
+def _picker(processor: VideoProcessor, settings: Any, sampling: VideoSampling):
+    return lambda total, fps: processor.pick_frames(total, fps, settings, sampling)
 
 
 @dataclass(frozen=True)
@@ -132,14 +145,18 @@ def prepare(
     prompt_ids: Sequence[int],
     kwargs: Mapping[str, Any],
     encoding: PixelEncoding,
+    sampling: VideoSampling = NO_SAMPLING,
 ) -> Prepared:
-    """`groups`: each modality's processor and its items in prompt order. CPU-bound: callers
-    on an event loop run it in a worker thread."""
+    """`groups`: each modality's processor and its items in prompt order; `sampling`: the
+    request's video loader options the videos were decoded with (`decode_items`). CPU-bound:
+    callers on an event loop run it in a worker thread."""
     parts, placeholders = [], []
     for processor, items in groups:
         settings = processor.resolve(kwargs)
         processed = processor.process([i.pixels for i in items], settings, encoding.raw)
         options = dataclasses.asdict(settings)
+        if isinstance(processor, VideoProcessor) and sampling != NO_SAMPLING:
+            options["media_io"] = dataclasses.asdict(sampling)  # other frames, other tensors
         fingerprint = settings_fingerprint(processor.family, options, encoding.name)
         hashes = [item_hash(i.data, fingerprint) for i in items]
         parts.append(PreparedItems(processor.modality, processed, [], hashes))

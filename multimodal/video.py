@@ -59,6 +59,15 @@ FRAME_LIST_FRAMES = 32
 FramePicker = Callable[[int, float], list[int]]
 
 
+@dataclass(frozen=True)
+class FrameListSampling:
+    """How vLLM loads a frame list: its first `num_frames` frames, at `fps` (its
+    media_io_kwargs' num_frames and fps, 32 and 1 by default)."""
+
+    num_frames: int = FRAME_LIST_FRAMES
+    fps: float = 1.0
+
+
 @dataclass(frozen=True, eq=False)
 class LoadedVideo:
     """A clip's decoded frames and the exact bytes it came from (the input of its hash)."""
@@ -103,14 +112,18 @@ def checked_video(source: str, raw: bytes | None, policy: MediaPolicy) -> str:
 
 
 def load_video(
-    source: str, raw: bytes | None, policy: MediaPolicy, pick: FramePicker
+    source: str,
+    raw: bytes | None,
+    policy: MediaPolicy,
+    pick: FramePicker,
+    frame_list: FrameListSampling = FrameListSampling(),
 ) -> LoadedVideo:
     """Blocking: the frames of one video source that `pick` chooses, decoded as vLLM's OpenCV
-    loader decodes them, after the checks above. A frame list is taken whole (its first 32
-    frames, as vLLM), at 1 fps, as vLLM's loader reports it."""
+    loader decodes them, after the checks above. A frame list is taken as vLLM takes it: its
+    first `frame_list.num_frames` frames (32) at `frame_list.fps` (1)."""
     video_policy = policy.for_video()
     if raw is None and _is_frame_list(source):
-        return _decoded_frame_list(_checked_frame_list(source, video_policy), policy)
+        return _decoded_frame_list(_checked_frame_list(source, video_policy), policy, frame_list)
     data, _ = source_bytes(source, raw, video_policy)
     mime = sniff_container(data)
     if mime is None:
@@ -133,13 +146,15 @@ def load_video(
     return LoadedVideo(clip, data, mime)
 
 
-def _decoded_frame_list(checked: str, policy: MediaPolicy) -> LoadedVideo:
-    encoded = checked.partition(",")[2].split(",")[:FRAME_LIST_FRAMES]
+def _decoded_frame_list(
+    checked: str, policy: MediaPolicy, sampling: FrameListSampling
+) -> LoadedVideo:
+    encoded = checked.partition(",")[2].split(",")[: sampling.num_frames]
     frames = [np.asarray(decode_pixels(pybase64.b64decode(f), policy)[0]) for f in encoded]
     if len({f.shape for f in frames}) > 1:
         raise MediaDecodeError("the frames of a frame list must all have one size", kind="video")
     count = len(frames)
-    clip = DecodedClip(np.stack(frames), list(range(count)), count, 1.0, frame_list=True)
+    clip = DecodedClip(np.stack(frames), list(range(count)), count, sampling.fps, frame_list=True)
     return LoadedVideo(clip, checked.encode(), FRAME_LIST_MIME)
 
 

@@ -139,13 +139,21 @@ def glm4v_frames(
     return sorted(picked)
 
 
-def uniform_frames(total_frames: int, num_frames: int = DEFAULT_NUM_FRAMES) -> list[int]:
-    """The source frames vLLM's default ``opencv`` loader keeps (its fps unset, as vLLM
-    passes it): every frame of a clip of at most ``num_frames``, else ``num_frames`` evenly
-    spaced from the first to the last, truncated (``np.linspace(..., dtype=int)``)."""
+def uniform_frames(
+    total_frames: int,
+    num_frames: int = DEFAULT_NUM_FRAMES,
+    fps: float | None = None,
+    duration: float = 0.0,
+) -> list[int]:
+    """The source frames vLLM's default ``opencv`` loader keeps: every frame of a clip of at
+    most ``num_frames``, else ``num_frames`` evenly spaced from the first to the last,
+    truncated (``np.linspace(..., dtype=int)``); with a request's ``fps``, at most
+    ``floor(duration * fps)`` of them (``duration``: the clip's seconds), at least one."""
     if total_frames < 1:
         raise ValueError("the clip has no frames")
     count = min(num_frames, total_frames) if num_frames > 0 else total_frames
+    if fps is not None and fps > 0:
+        count = max(1, min(count, math.floor(duration * fps)))
     if count == total_frames:
         return list(range(total_frames))
     return np.linspace(0, total_frames - 1, count, dtype=int).tolist()

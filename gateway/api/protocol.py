@@ -35,7 +35,6 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
             "cache_salt",
             "documents",
             "ec_transfer_params",
-            "media_io_kwargs",
             "return_mm_kwargs",
             "return_prompt_text",
             "return_token_ids",
@@ -166,6 +165,9 @@ class ChatPromptFields(BaseModel):
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
+    # vLLM's per-request media loader options, by modality: {"video": {"fps": 1,
+    # "num_frames": 16}} (what the gateway's video families take; anything else is a 400).
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None
 
 
 _NAMED_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'

@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         "is a 400 naming the size (default: %(default)s, what one gRPC message can carry)",
     )
     p.add_argument(
+        "--trust-request-mm-kwargs",
+        action="store_true",
+        help="let requests set media_io_kwargs (a video's fps and num_frames), as vLLM's flag "
+        "does; refused otherwise, since they change what loading a video costs",
+    )
+    p.add_argument(
         "--allow-private-media-networks",
         nargs="*",
         default=[],
@@ -359,6 +365,7 @@ def main(argv: list[str]) -> int:
         media_policy=policy,
         max_concurrent_videos=args.max_concurrent_videos,
         max_mm_message_bytes=min(args.max_mm_message_mib * MIB, GRPC_MAX_MESSAGE_BYTES),
+        trust_request_mm_kwargs=args.trust_request_mm_kwargs,
         mm_processing=mm_processing_mode(args.mm_processing),
         api_keys=args.api_key + ([env_key] if env_key else []),
         cors=CorsConfig(

@@ -32,11 +32,60 @@ from gateway.render.renderer import ChatRenderer, RenderedChat
 from gateway.render.worker_media import MmProcessing, download_items, media_refs
 from multimodal.media import MediaPolicy, needs_download
 from multimodal.pipeline import LoadedItem, PixelEncoding, Prepared, decode_items, prepare
+from multimodal.processors.base import VideoSampling
 from multimodal.registry import ModelProcessors
 from multimodal.wire import MODALITIES, Piece
 from protos import vllm_engine_pb2 as pb
 
+# vLLM 0.32's words (validate_request_mm_kwargs).
+UNTRUSTED_MEDIA_IO = (
+    "Per-request media_io_kwargs are disabled by default because they can change multimodal "
+    "media loading resource usage. Start the server with --trust-request-mm-kwargs only when "
+    "clients are trusted."
+)
 MIB = 1 << 20
+
+
+# vLLM's per-request video loader options the gateway's video families take.
+_VIDEO_IO_OPTIONS = {"fps": float, "num_frames": int}
+
+
+def video_sampling(media_io_kwargs: Mapping[str, Any] | None) -> VideoSampling:
+    """A request's `media_io_kwargs` as the video sampling it asks for; anything the gateway
+    does not reproduce is a 400 naming it (vLLM would pass it to its loader)."""
+    if not media_io_kwargs:
+        return VideoSampling()
+    if unknown := sorted(set(media_io_kwargs) - {"video"}):
+        raise GatewayError(
+            f"media_io_kwargs.{unknown[0]}: only video loader options are supported",
+            400,
+            "media_io_kwargs",
+        )
+    video = media_io_kwargs.get("video") or {}
+    if not isinstance(video, Mapping):
+        raise GatewayError("media_io_kwargs.video must be an object", 400, "media_io_kwargs")
+    values = {}
+    for key, value in video.items():
+        kind = _VIDEO_IO_OPTIONS.get(key)
+        if kind is None:
+            supported = ", ".join(_VIDEO_IO_OPTIONS)
+            raise GatewayError(
+                f"media_io_kwargs.video.{key} is not supported (supported: {supported})",
+                400,
+                "media_io_kwargs",
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise GatewayError(
+                f"media_io_kwargs.video.{key} must be a positive number",
+                400,
+                "media_io_kwargs",
+            )
+        if kind is int and value != int(value):
+            raise GatewayError(
+                f"media_io_kwargs.video.{key} must be an integer", 400, "media_io_kwargs"
+            )
+        values[key] = kind(value)
+    return VideoSampling(**values)
 
 
 def default_video_concurrency() -> int:
@@ -66,6 +115,7 @@ class PromptRequest(Protocol):
     chat_template: str | None
     chat_template_kwargs: dict[str, Any] | None
     mm_processor_kwargs: dict[str, Any] | None
+    media_io_kwargs: dict[str, dict[str, Any]] | None
 
 
 @dataclass
@@ -107,13 +157,16 @@ class PromptBuilder:
         mm_processing: MmProcessing = "auto",
         max_concurrent_videos: int | None = None,
         max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
+        trust_request_mm_kwargs: bool = False,
     ) -> None:
         """`mm_processing`: who preprocesses media: the gateway where it has the model's
         processor and the worker otherwise ("auto"), only the gateway, or only the worker.
         `max_concurrent_videos`: requests with videos preprocessed at once (the others wait):
         a clip is up to `media_policy.max_video_decoded_bytes` of frames, so this bounds the
         memory videos take, and leaves threads and cores to image and text requests.
-        `max_message_bytes`: the most a request's serialized tensors may take on the wire."""
+        `max_message_bytes`: the most a request's serialized tensors may take on the wire.
+        `trust_request_mm_kwargs`: vLLM's flag; without it a request's `media_io_kwargs` is
+        refused as vLLM refuses it (they change what loading a video costs)."""
         self.renderer = renderer
         self.processors = processors
         self.media_policy = media_policy
@@ -122,10 +175,13 @@ class PromptBuilder:
         self.mm_processing = mm_processing
         self._video_slots = asyncio.Semaphore(max_concurrent_videos or default_video_concurrency())
         self.max_message_bytes = max_message_bytes
+        self.trust_request_mm_kwargs = trust_request_mm_kwargs
 
     def render(self, request: PromptRequest) -> RenderedChat:
         if request.chat_template is not None:
             raise GatewayError(UNTRUSTED_TEMPLATE, 400, "chat_template")
+        if getattr(request, "media_io_kwargs", None) and not self.trust_request_mm_kwargs:
+            raise GatewayError(UNTRUSTED_MEDIA_IO, 400, "media_io_kwargs")
         # vLLM renders tools even with tool_choice "none" (unless told otherwise).
         return self.renderer.render(
             request.messages,
@@ -147,14 +203,17 @@ class PromptBuilder:
 
     async def refer(self, request: PromptRequest, rendered: RenderedChat) -> Prompt:
         """The unexpanded prompt and its media, checked, for a worker that preprocesses."""
-        if request.mm_processor_kwargs:
-            raise GatewayError(
-                "mm_processor_kwargs cannot reach a worker that preprocesses the media itself "
-                "(the wire has no field for them); set them on the worker "
-                "(--mm-processor-kwargs)",
-                400,
-                "mm_processor_kwargs",
-            )
+        for field_name, flag in (
+            ("mm_processor_kwargs", "--mm-processor-kwargs"),
+            ("media_io_kwargs", "--media-io-kwargs"),
+        ):
+            if getattr(request, field_name, None):
+                raise GatewayError(
+                    f"{field_name} cannot reach a worker that preprocesses the media itself "
+                    f"(the wire has no field for them); set them on the worker ({flag})",
+                    400,
+                    field_name,
+                )
         started = time.perf_counter()
         with tracing.span("mmgate.media.fetch", mmgate_items=len(rendered.media)):
             refs = await media_refs(rendered.media, self.media_policy, self.http)
@@ -178,6 +237,7 @@ class PromptBuilder:
         if not rendered.media:
             return Prompt(rendered.token_ids, rendered.prompt)
         self._check_processed_here(rendered.media)
+        sampling = video_sampling(getattr(request, "media_io_kwargs", None))
         started = time.perf_counter()
         downloaded: list[bytes | None] = [None] * len(rendered.media)
         if needs_download([item.url for item in rendered.media]):  # (data: URIs need no task)
@@ -198,6 +258,7 @@ class PromptBuilder:
                     request.mm_processor_kwargs or {},
                     pixels,
                     rendered.token_ids,
+                    sampling,
                 )
         self._observe(fetched - started, time.perf_counter() - processing, len(rendered.media))
         self._check_message_size(fields)
@@ -245,6 +306,7 @@ class PromptBuilder:
         kwargs: Mapping[str, Any],
         pixels: PixelEncoding,
         prompt_ids: Sequence[int],
+        sampling: VideoSampling,
     ) -> tuple[list[LoadedItem], Prepared, list[Piece]]:
         """Blocking: each modality's items decoded (a video's frames as its family's loader
         picks them) and preprocessed; the groups in the order their modalities first appear."""
@@ -258,10 +320,11 @@ class PromptBuilder:
                 [downloaded[k] for k in ks],
                 processor.resolve(kwargs),
                 self.media_policy,
+                sampling,
             )
             groups.append((processor, items))
             loaded += items
-        prepared = prepare(groups, prompt_ids, kwargs, pixels)
+        prepared = prepare(groups, prompt_ids, kwargs, pixels, sampling)
         return loaded, prepared, prepared.request_fields()
 
     def _observe(self, fetch_seconds: float, process_seconds: float | None, items: int) -> None:

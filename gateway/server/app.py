@@ -166,6 +166,7 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
         config.mm_processing,
         config.max_concurrent_videos,
         config.max_mm_message_bytes,
+        config.trust_request_mm_kwargs,
     )
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)

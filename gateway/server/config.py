@@ -41,6 +41,7 @@ class GatewayConfig:
     media_policy: MediaPolicy = field(default_factory=MediaPolicy)
     max_concurrent_videos: int | None = None  # videos preprocessed at once; None: half the cores
     max_mm_message_bytes: int = (1 << 31) - 1  # a request's tensors on the wire (gRPC's cap)
+    trust_request_mm_kwargs: bool = False  # vLLM's: per-request media_io_kwargs allowed
     mm_processing: MmProcessing = "auto"
     api_keys: list[str] = field(default_factory=list)
     cors: CorsConfig = field(default_factory=CorsConfig)

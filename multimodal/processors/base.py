@@ -34,6 +34,7 @@ __all__ = [
     "ProcessedItems",
     "UnsupportedModel",
     "VideoProcessor",
+    "VideoSampling",
     "matches_model",
 ]
 
@@ -150,6 +151,17 @@ class ItemProcessor(ABC):
         `multimodal.video_decode.DecodedClip`s (see `VideoProcessor`)."""
 
 
+@dataclass(frozen=True)
+class VideoSampling:
+    """A request's `media_io_kwargs["video"]`: what vLLM's video loader takes per request
+    (None: the loader's default). `fps`: the rate frames are sampled at (Qwen's, GLM's and the
+    default loader's); `num_frames`: the most frames the default loader keeps, and the most
+    frames of a `data:video/jpeg` list (32 by default); a frame list's rate is `fps` (1)."""
+
+    fps: float | None = None
+    num_frames: int | None = None
+
+
 class VideoProcessor(ItemProcessor):
     """A family's videos. vLLM decodes only the frames its video loader picks for the model
     (chosen from the checkpoint's video processor class), so the family says which
@@ -161,7 +173,10 @@ class VideoProcessor(ItemProcessor):
     modality: ClassVar[Modality] = "video"
 
     @abstractmethod
-    def pick_frames(self, total_frames: int, fps: float, settings: Any) -> list[int]:
+    def pick_frames(
+        self, total_frames: int, fps: float, settings: Any, sampling: VideoSampling
+    ) -> list[int]:
         """The source frames vLLM's loader keeps of a clip of `total_frames` frames (after the
-        decoder's seek-to-the-end correction) at `fps` (the container's; 0 when unknown).
-        Raises OptionError for a clip the loader cannot sample (vLLM fails there)."""
+        decoder's seek-to-the-end correction) at `fps` (the container's; 0 when unknown),
+        under the request's `sampling`. Raises OptionError or ValueError for a clip the loader
+        cannot sample (vLLM fails there)."""

@@ -44,6 +44,7 @@ from multimodal.processors.base import (
     ModelConfigs,
     ProcessedItems,
     VideoProcessor,
+    VideoSampling,
 )
 from multimodal.processors.options import OptionError
 from multimodal.processors.qwen_vl import MAX_ASPECT_RATIO
@@ -158,8 +159,15 @@ class Glm4vVideoProcessor(VideoProcessor):
     def anchor_token_id(self) -> int:
         return self.tokens.video
 
-    def pick_frames(self, total_frames: int, fps: float, settings: Glm4vVideoSettings) -> list[int]:
-        picked = glm4v_frames(total_frames, fps, fps=LOADER_FPS, max_duration=LOADER_MAX_DURATION)
+    def pick_frames(
+        self,
+        total_frames: int,
+        fps: float,
+        settings: Glm4vVideoSettings,
+        sampling: VideoSampling,
+    ) -> list[int]:
+        rate = LOADER_FPS if sampling.fps is None else sampling.fps
+        picked = glm4v_frames(total_frames, fps, fps=rate, max_duration=LOADER_MAX_DURATION)
         if len(picked) < settings.temporal_patch_size and len(picked) < total_frames:
             raise ValueError(_too_few(len(picked), settings))
         return picked

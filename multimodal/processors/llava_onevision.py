@@ -45,10 +45,12 @@ from multimodal.processors.base import (
     ModelConfigs,
     ProcessedItems,
     VideoProcessor,
+    VideoSampling,
 )
 from multimodal.processors.llava import TowerSettings, family_matches, tower_settings
 from multimodal.processors.llava_next import AnyresSettings, LlavaNextProcessor, unpadded_features
 from multimodal.processors.llava_next import _pinpoints as _checked_pinpoints
+from multimodal.processors.options import first_set
 from multimodal.processors.pixels import PixelPipeline, pixel_settings
 from multimodal.processors.transforms import select_best_resolution
 from multimodal.video_decode import DecodedClip
@@ -173,8 +175,12 @@ class LlavaOnevisionVideoProcessor(VideoProcessor):
     def anchor_token_id(self) -> int:
         return self.video_token_id
 
-    def pick_frames(self, total_frames: int, fps: float, settings: Any) -> list[int]:
-        return uniform_frames(total_frames, DEFAULT_NUM_FRAMES)
+    def pick_frames(
+        self, total_frames: int, fps: float, settings: Any, sampling: VideoSampling
+    ) -> list[int]:
+        num_frames = first_set(sampling.num_frames, DEFAULT_NUM_FRAMES)
+        duration = total_frames / fps if fps > 0 else 0.0  # vLLM's OpenCV metadata
+        return uniform_frames(total_frames, num_frames, sampling.fps, duration)
 
     def process(
         self, clips: Sequence[DecodedClip], settings: Any, raw_pixels: bool

@@ -33,6 +33,7 @@ from multimodal.processors.base import (
     ModelConfigs,
     ProcessedItems,
     VideoProcessor,
+    VideoSampling,
 )
 from multimodal.processors.options import OptionError
 from multimodal.processors.qwen_vl import MAX_ASPECT_RATIO
@@ -192,10 +193,18 @@ class Qwen3VLVideoProcessor(VideoProcessor):
     def settings_for(self, options: Any) -> Qwen3VideoSettings:
         return self.defaults  # no mm_processor_kwargs yet: the model's settings
 
-    def pick_frames(self, total_frames: int, fps: float, settings: Qwen3VideoSettings) -> list[int]:
+    def pick_frames(
+        self,
+        total_frames: int,
+        fps: float,
+        settings: Qwen3VideoSettings,
+        sampling: VideoSampling,
+    ) -> list[int]:
         # The loader's own sampling (fps 2, 4 to 768 frames: vLLM's load_bytes defaults and
         # media_io_kwargs, not the processor config).
         try:
+            if sampling.fps is not None:
+                return qwen3_vl_frames(total_frames, fps, fps=sampling.fps)
             return qwen3_vl_frames(total_frames, fps)
         except ValueError as error:
             raise OptionError(str(error)) from None

@@ -19,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from multimodal.processors.base import ModelConfigs, ProcessedItems, VideoProcessor
+from multimodal.processors.base import (
+    ModelConfigs,
+    ProcessedItems,
+    VideoProcessor,
+    VideoSampling,
+)
+from multimodal.processors.options import first_set
 from multimodal.processors.qwen_vl import smart_resize
 from multimodal.processors.transforms import (
     CLIP_MEAN,
@@ -105,12 +111,18 @@ class QwenVLVideoProcessor(VideoProcessor):
     def anchor_token_id(self) -> int:
         return self.settings.video_token_id
 
-    def pick_frames(self, total_frames: int, fps: float, settings: QwenVideoSampling) -> list[int]:
+    def pick_frames(
+        self,
+        total_frames: int,
+        fps: float,
+        settings: QwenVideoSampling,
+        sampling: VideoSampling,
+    ) -> list[int]:
         s = self.settings
         return qwen2_vl_frames(
             total_frames,
             fps,
-            fps=settings.fps,
+            fps=first_set(sampling.fps, settings.fps),
             min_frames=s.min_frames,
             max_frames=s.max_frames,
             temporal_patch_size=s.temporal_patch_size,

@@ -19,13 +19,17 @@ def video_messages(videos: Sequence[str], text: str = "Describe.") -> list[dict[
     return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
 
 
-def gateway_video_inputs(model: Path, videos: Sequence[str], raw_pixels: bool) -> Any:
+def gateway_video_inputs(
+    model: Path, videos: Sequence[str], raw_pixels: bool, media_io: dict | None = None
+) -> Any:
     """The `multimodal.pipeline.Prepared` of a chat with these videos (data: URIs), pixels
-    raw (uint8) or normalized (float32) as `raw_pixels` says."""
+    raw (uint8) or normalized (float32) as `raw_pixels` says, sampled as a request's
+    `media_io_kwargs["video"]` (`media_io`) asks."""
     from gateway.render.model_files import ModelFiles
     from gateway.render.renderer import ChatRenderer
     from multimodal.pipeline import PixelEncoding, decode_items, prepare
     from multimodal.policy import MediaPolicy
+    from multimodal.processors.base import VideoSampling
     from multimodal.registry import processors_for
 
     files = ModelFiles.load(model)
@@ -33,5 +37,8 @@ def gateway_video_inputs(model: Path, videos: Sequence[str], raw_pixels: bool) -
     rendered = ChatRenderer(files, processors.placeholders).render(video_messages(videos))
     processor = processors.get("video")
     settings = processor.resolve({})
-    loaded = decode_items(processor, videos, [None] * len(videos), settings, MediaPolicy())
-    return prepare([(processor, loaded)], rendered.token_ids, {}, PixelEncoding(raw=raw_pixels))
+    sampling = VideoSampling(**(media_io or {}))
+    blank = [None] * len(videos)
+    loaded = decode_items(processor, videos, blank, settings, MediaPolicy(), sampling)
+    encoding = PixelEncoding(raw=raw_pixels)
+    return prepare([(processor, loaded)], rendered.token_ids, {}, encoding, sampling)

@@ -62,7 +62,8 @@ def text(value: str) -> dict:
     return {"type": "text", "text": value}
 
 
-def chat(base_url: str, model: str, content: list[dict]) -> httpx.Response:
+def chat(base_url: str, model: str, content: list[dict], **fields) -> httpx.Response:
+    """A greedy 8-token chat with logprobs; `fields`: more of the request's fields."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": content}],
@@ -70,6 +71,7 @@ def chat(base_url: str, model: str, content: list[dict]) -> httpx.Response:
         "max_tokens": 8,
         "ignore_eos": True,
         "logprobs": True,
+        **fields,
     }
     return httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=300)
 

@@ -57,7 +57,9 @@ def engines(vision_model, tmp_path_factory):
     # room for the clip past the frame cap: 384 temporal patches of 4 tokens
     common = {"limit_mm_per_prompt": LIMITS, "max_model_len": 2048}
     started = {
-        "vllm": VllmServerProcess(vision_model, logs / "vllm.log", **common),
+        "vllm": VllmServerProcess(
+            vision_model, logs / "vllm.log", **common, trust_request_mm_kwargs=True
+        ),
         "ours": WorkerProcess(vision_model, logs / "ours.log", mm_processor="inprocess", **common),
     }
     try:
@@ -73,7 +75,9 @@ def gateways(vision_model, engines, tmp_path_factory):
     worker = [engines["ours"].address]
     limit = ("--max-video-bytes", str(MAX_VIDEO_BYTES))
     started = {
-        "gateway": GatewayProcess(vision_model, worker, logs / "gateway.log", *limit),
+        "gateway": GatewayProcess(
+            vision_model, worker, logs / "gateway.log", *limit, "--trust-request-mm-kwargs"
+        ),
         "worker": GatewayProcess(
             vision_model, worker, logs / "worker.log", *limit, "--mm-processing", "worker"
         ),
@@ -197,3 +201,47 @@ def test_tokenize_expands_a_video_as_vllm_s_server_does(clips, engines, gateways
     assert want.status_code == 200, want.text
     assert got.status_code == 200, got.text
     assert got.json()["tokens"] == want.json()["tokens"]
+
+
+@pytest.mark.parametrize(
+    ("clip", "media_io"),
+    [("long", {"fps": 4}), ("frames", {"fps": 2, "num_frames": 3})],
+    ids=["fps", "frame-list-fps-and-count"],
+)
+def test_a_request_s_video_sampling_equals_vllm_s_server(
+    clip, media_io, clips, engines, gateways, vision_model
+):
+    content = [video(clips[clip]), text("Describe.")]
+    fields = {"media_io_kwargs": {"video": media_io}}
+    want = chat(engines["vllm"].base_url, REFERENCE_NAME, content, **fields)
+    got = chat(gateways["gateway"].base_url, str(vision_model), content, **fields)
+    assert_same_answer(got, want)
+    default = chat(gateways["gateway"].base_url, str(vision_model), content)
+    # the sampling did change the frames (and so what the model saw)
+    first = [r.json()["choices"][0]["logprobs"]["content"][0]["logprob"] for r in (default, got)]
+    assert first[0] != first[1]
+
+
+@pytest.mark.parametrize(
+    ("media_io", "says"),
+    [
+        ({"video": {"fps": 0}}, "media_io_kwargs.video.fps must be a positive number"),
+        ({"video": {"backend": "torchcodec"}}, "media_io_kwargs.video.backend is not supported"),
+        ({"image": {}}, "media_io_kwargs.image: only video loader options are supported"),
+    ],
+)
+def test_video_sampling_the_gateway_does_not_reproduce_is_a_400(
+    media_io, says, clips, gateways, vision_model
+):
+    content = [video(clips["mp4"])]
+    reply = chat(gateways["gateway"].base_url, str(vision_model), content, media_io_kwargs=media_io)
+    assert reply.status_code == 400, reply.text
+    assert says in error_of(reply)
+
+
+def test_video_sampling_is_refused_without_trust_as_vllm_refuses_it(clips, gateways, vision_model):
+    fields = {"media_io_kwargs": {"video": {"fps": 1}}}
+    reply = chat(gateways["worker"].base_url, str(vision_model), [video(clips["mp4"])], **fields)
+    assert reply.status_code == 400, reply.text
+    assert "Start the server with --trust-request-mm-kwargs" in error_of(reply)
+    assert reply.json()["error"]["param"] == "media_io_kwargs"

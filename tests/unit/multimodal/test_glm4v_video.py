@@ -18,6 +18,7 @@ import pytest
 
 from multimodal.errors import MediaDecodeError, MmgateError
 from multimodal.policy import MediaPolicy
+from multimodal.processors.base import VideoSampling
 from multimodal.processors.glm4v_video import Glm4vVideoProcessor
 from multimodal.registry import processors_for
 from multimodal.video import load_video
@@ -82,7 +83,7 @@ def test_the_clips_take_each_of_vllm_s_paths(model, clips):
     settings = proc.resolve({})
 
     def picked(name):
-        pick = lambda t, f: proc.pick_frames(t, f, settings)  # noqa: E731
+        pick = lambda t, f: proc.pick_frames(t, f, settings, VideoSampling())  # noqa: E731
         return load_video(clips[name], None, MediaPolicy(), pick).clip
 
     assert picked("7.5fps").indices == [0, 4]  # Qwen2-VL's loader would take 4 frames
@@ -106,7 +107,9 @@ def test_a_clip_under_one_frame_pair_fails_as_in_vllm(model, tmp_path):
     proc = load_processor(model, "video")
     settings = proc.resolve({})
     with pytest.raises(MediaDecodeError, match="needs at least 2"):
-        load_video(uri, None, MediaPolicy(), lambda t, f: proc.pick_frames(t, f, settings))
+        load_video(
+            uri, None, MediaPolicy(), lambda t, f: proc.pick_frames(t, f, settings, VideoSampling())
+        )
 
 
 def test_glm_4_6v_s_own_video_processor_is_not_taken_for_4_1v_s(tmp_path):
@@ -127,3 +130,15 @@ def test_one_video_a_prompt_as_vllm_takes(model, clips):
         vllm_video_inputs(model, two, dtype="float32", limit_mm_per_prompt={"video": 2})
     with pytest.raises(MmgateError, match="At most 1 video"):
         gateway_video_inputs(model, two, raw_pixels=True)
+
+
+@pytest.mark.parametrize("media_io", [{"fps": 1}, {"fps": 4, "num_frames": 3}, {"fps": 0.5}])
+def test_a_request_s_sampling_equals_vllm_s(model, clips, media_io):
+    """media_io_kwargs.video.fps: the dynamic loader's rate (num_frames it ignores)."""
+    uri = [clips["capped"]]  # 40 frames at 8 fps: 5 s
+    want = vllm_video_inputs(model, uri, dtype="float32", media_io_kwargs={"video": media_io})
+    prepared = gateway_video_inputs(model, uri, True, media_io=media_io)
+    assert prepared.prompt_ids == want["prompt_token_ids"]
+    (item,) = want["video"]
+    have = prepared.parts[0].processed.tensors["pixel_values"]
+    assert np.array_equal(have, item["pixel_values_videos"])

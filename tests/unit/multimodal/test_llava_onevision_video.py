@@ -17,6 +17,7 @@ import pytest
 
 from multimodal.errors import MmgateError
 from multimodal.policy import MediaPolicy
+from multimodal.processors.base import VideoSampling
 from multimodal.video import load_video
 from tests.support import load_processor
 from tests.support.gateway_video import gateway_video_inputs
@@ -80,7 +81,12 @@ def test_videos_of_different_lengths_are_refused(model, clips):
 def test_the_loader_keeps_32_frames_evenly_spaced(model, clips):
     proc = load_processor(model, "video")
     settings = proc.resolve({})
-    clip = load_video(clips[2], None, MediaPolicy(), lambda t, f: proc.pick_frames(t, f, settings))
+    clip = load_video(
+        clips[2],
+        None,
+        MediaPolicy(),
+        lambda t, f: proc.pick_frames(t, f, settings, VideoSampling()),
+    )
     assert clip.clip.total_frames == 45
     assert clip.clip.indices == np.linspace(0, 44, 32, dtype=int).tolist()
     assert clip.clip.indices[:4] == [0, 1, 2, 4]  # truncated spacing, not rounded
@@ -90,9 +96,26 @@ def test_raw_pixels_are_the_resized_frames(model, clips):
     """uint8 for an engine that normalizes on device (vLLM does not, for OneVision)."""
     proc = load_processor(model, "video")
     settings = proc.resolve({})
-    pick = lambda t, f: proc.pick_frames(t, f, settings)  # noqa: E731
+    pick = lambda t, f: proc.pick_frames(t, f, settings, VideoSampling())  # noqa: E731
     loaded = load_video(clips[0], None, MediaPolicy(), pick).clip
     raw = proc.process([loaded], settings, raw_pixels=True).tensors["pixel_values"]
     normalized = proc.process([loaded], settings, raw_pixels=False).tensors["pixel_values"]
     assert raw.shape == normalized.shape == (1, 10, 3, 384, 384) and raw.dtype == np.uint8
     np.testing.assert_array_equal(normalized, (raw.astype(np.float32) - 127.5) / 127.5)
+
+
+@pytest.mark.parametrize(
+    "media_io",
+    [{"num_frames": 8}, {"fps": 2}, {"fps": 1, "num_frames": 4}],
+    ids=["8 frames", "2 fps", "1 fps and 4 frames"],
+)
+def test_a_request_s_sampling_equals_vllm_s(model, clips, media_io):
+    """media_io_kwargs.video: the default loader keeps at most num_frames, and with fps at
+    most floor(seconds * fps) of them."""
+    videos = [clips[2]]  # 45 frames at 24 fps: 1.9 s
+    want = vllm_video_inputs(model, videos, dtype="float32", media_io_kwargs={"video": media_io})
+    ours = gateway_video_inputs(model, videos, raw_pixels=False, media_io=media_io)
+    (part,) = ours.parts
+    assert ours.prompt_ids == want["prompt_token_ids"]
+    (item,) = want["video"]
+    assert np.array_equal(part.processed.tensors["pixel_values"][0], item["pixel_values_videos"])

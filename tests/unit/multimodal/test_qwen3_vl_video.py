@@ -18,6 +18,7 @@ from gateway.render.model_files import ModelFiles
 from gateway.render.renderer import ChatRenderer
 from multimodal.pipeline import PixelEncoding, prepare
 from multimodal.policy import MediaPolicy
+from multimodal.processors.base import VideoSampling
 from multimodal.processors.qwen3_vl_video import (
     SIZES_KEY,
     Qwen3VLVideoProcessor,
@@ -85,7 +86,12 @@ def case(request, model_dirs, clips) -> dict:
     processor = processors_for(files).get("video")
     settings = processor.defaults
     loaded = [
-        load_video(uri, None, MediaPolicy(), lambda t, f: processor.pick_frames(t, f, settings))
+        load_video(
+            uri,
+            None,
+            MediaPolicy(),
+            lambda t, f: processor.pick_frames(t, f, settings, VideoSampling()),
+        )
         for uri in clips.values()
     ]
     uris = list(clips.values())
@@ -258,3 +264,17 @@ def test_the_engine_takes_the_wire_as_vllms_items(case, which):
         prompt["mm_placeholders"]["video"], part.processed.replacements
     ):
         assert placeholder.get_num_embeds() == replacement.count(video_token)
+
+
+@pytest.mark.parametrize("media_io", [{"fps": 1}, {"fps": 6}, {"fps": 3, "num_frames": 2}])
+def test_a_request_s_sampling_equals_vllms(model_dirs, clips, media_io):
+    """media_io_kwargs.video.fps: the Qwen3 loader's rate (num_frames it ignores)."""
+    from tests.support.gateway_video import gateway_video_inputs
+
+    model, uri = model_dirs["qwen3_vl"], [clips["mp4-30fps-thirds"]]
+    want = vllm_video_inputs(model, uri, media_io_kwargs={"video": media_io})
+    prepared = gateway_video_inputs(model, uri, True, media_io=media_io)
+    assert prepared.prompt_ids == want["prompt_token_ids"]
+    (item,) = want["video"]
+    have = prepared.parts[0].processed.tensors["pixel_values"]
+    assert np.array_equal(have, item["pixel_values_videos"])

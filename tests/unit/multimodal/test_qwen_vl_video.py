@@ -113,3 +113,55 @@ def test_normalized_patches_equal_transformers(model, clips):
     want = reference["pixel_values_videos"].numpy()
     assert got.dtype == np.float32 and got.shape == want.shape
     assert np.abs(got - want).max() <= 1e-6
+
+
+@pytest.mark.parametrize(
+    ("name", "media_io"),
+    [
+        ("mp4-7.5fps", {"fps": 1}),
+        ("mp4-7.5fps", {"fps": 4.5, "num_frames": 3}),  # Qwen's loader ignores num_frames
+        ("frame-list", {"fps": 2, "num_frames": 3}),  # the first 3 frames, at 2 fps
+    ],
+)
+def test_a_request_s_video_sampling_equals_vllm_s(name, media_io, model, clips):
+    """media_io_kwargs.video as vLLM's loader takes it (here at the engine level, which a
+    request's merge over an unset default equals)."""
+    from multimodal.media import MediaPolicy
+    from multimodal.pipeline import PixelEncoding, decode_items, prepare
+    from multimodal.processors.base import VideoSampling
+    from tests.support.vllm_video import vllm_video_inputs
+
+    want = vllm_video_inputs(model, [clips[name]], media_io_kwargs={"video": media_io})
+    default, _ = ours(model, [clips[name]])
+    _, rendered_ids = render(model, [clips[name]])
+    video = processors(model).get("video")
+    sampling = VideoSampling(**media_io)
+    items = decode_items(video, [clips[name]], [None], video.defaults, MediaPolicy(), sampling)
+    prepared = prepare([(video, items)], rendered_ids, {}, PixelEncoding(raw=True), sampling)
+    assert prepared.prompt_ids == want["prompt_token_ids"] != default.prompt_ids
+    tensors, (theirs,) = prepared.parts[0].processed.tensors, want["video"]
+    assert np.array_equal(tensors["pixel_values"], theirs["pixel_values_videos"])
+    if "second_per_grid_ts" in theirs:
+        assert (
+            in_dtype(tensors["second_per_grid_ts"], want["dtype"])[0]
+            == (theirs["second_per_grid_ts"])
+        )
+    assert prepared.parts[0].hashes != default.parts[0].hashes  # other frames, other key
+
+
+def processors(model: Path):
+    from gateway.render.model_files import ModelFiles
+    from multimodal.registry import processors_for
+
+    return processors_for(ModelFiles.load(model))
+
+
+def render(model: Path, uris: list[str]):
+    from gateway.render.model_files import ModelFiles
+    from gateway.render.renderer import ChatRenderer
+
+    files = ModelFiles.load(model)
+    parts = [{"type": "video_url", "video_url": {"url": u}} for u in uris]
+    messages = [{"role": "user", "content": [*parts, {"type": "text", "text": "Describe."}]}]
+    rendered = ChatRenderer(files, processors(model).placeholders).render(messages)
+    return rendered, rendered.token_ids

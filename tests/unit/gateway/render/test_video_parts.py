@@ -146,7 +146,7 @@ def builder(vision_model):
 
 
 class _Request:
-    tools = chat_template = chat_template_kwargs = mm_processor_kwargs = None
+    tools = chat_template = chat_template_kwargs = mm_processor_kwargs = media_io_kwargs = None
     add_generation_prompt, continue_final_message, add_special_tokens = True, False, False
 
     def __init__(self, *parts):
@@ -222,3 +222,52 @@ def test_media_past_the_message_limit_are_a_400_naming_the_size(builder, tmp_pat
     asyncio.run(builder(max_message_bytes=size).build(request, PixelEncoding(raw=True)))
     with pytest.raises(GatewayError, match="above the 0 MiB a worker message may carry"):
         asyncio.run(builder(max_message_bytes=size - 1).build(request, PixelEncoding(raw=True)))
+
+
+@pytest.mark.parametrize(
+    ("given", "sampling"),
+    [
+        (None, {}),
+        ({"video": {"fps": 1}}, {"fps": 1.0}),
+        ({"video": {"fps": 2.5, "num_frames": 8}}, {"fps": 2.5, "num_frames": 8}),
+        ({"video": {"num_frames": 4.0}}, {"num_frames": 4}),
+    ],
+)
+def test_media_io_kwargs_are_the_video_sampling(given, sampling):
+    from gateway.render.prompt import video_sampling
+    from multimodal.processors.base import VideoSampling
+
+    assert video_sampling(given) == VideoSampling(**sampling)
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"video": {"fps": -1}}, "fps must be a positive number"),
+        ({"video": {"fps": True}}, "fps must be a positive number"),
+        ({"video": {"num_frames": 2.5}}, "num_frames must be an integer"),
+        ({"video": {"max_duration": 5}}, "video.max_duration is not supported"),
+        ({"video": [1]}, "media_io_kwargs.video must be an object"),
+        ({"audio": {}}, "media_io_kwargs.audio: only video loader options"),
+    ],
+)
+def test_media_io_kwargs_the_gateway_does_not_reproduce_are_a_400(given, says):
+    from gateway.errors import GatewayError
+    from gateway.render.prompt import video_sampling
+
+    with pytest.raises(GatewayError, match=says) as refused:
+        video_sampling(given)
+    assert refused.value.status == 400 and refused.value.param == "media_io_kwargs"
+
+
+def test_media_io_kwargs_need_trust_and_cannot_reach_a_worker_that_preprocesses(builder, tmp_path):
+    from gateway.errors import GatewayError
+
+    request = _Request(video(f"data:video/mp4;base64,{b64(mp4(tmp_path))}"))
+    request.media_io_kwargs = {"video": {"fps": 1}}
+    with pytest.raises(GatewayError, match="--trust-request-mm-kwargs"):
+        builder().render(request)
+    trusted = builder(trust_request_mm_kwargs=True, mm_processing="worker")
+    rendered = trusted.render(request)
+    with pytest.raises(GatewayError, match=r"set them on the worker \(--media-io-kwargs\)"):
+        asyncio.run(trusted.refer(request, rendered))
