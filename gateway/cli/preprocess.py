@@ -24,6 +24,7 @@ from multimodal.media import MediaPolicy
 from multimodal.pipeline import PixelEncoding, PreparedItems
 from multimodal.registry import ModelProcessors, processors_for
 from multimodal.video import LoadedVideo
+from multimodal.video_decode import DecodedClip
 
 DESCRIPTION = """\
 Preprocess one chat turn exactly as the gateway does, with the gateway's own code: the images,
@@ -174,9 +175,14 @@ def compare_hf(
     media: dict[str, Any] = {}
     if images := [i.image for i in prompt.items if not isinstance(i, LoadedVideo)]:
         media["images"] = images
-    if videos := [_frames(i) for i in prompt.items if isinstance(i, LoadedVideo)]:
-        # the frames as decoded: transformers samples none of its own (vLLM's loader did)
-        media.update(videos=videos, do_sample_frames=False)
+    if clips := [i.clip for i in prompt.items if isinstance(i, LoadedVideo)]:
+        # the frames as decoded, with the loader's metadata (timestamps come from it):
+        # transformers samples none of its own (vLLM's loader did)
+        media.update(
+            videos=[_frames(c) for c in clips],
+            video_metadata=[_metadata(c) for c in clips],
+            do_sample_frames=False,
+        )
     out = hf(
         text=[prompt.text],
         return_tensors="pt",  # "np" cannot hold Llama 4's bfloat16 pixels
@@ -196,10 +202,20 @@ def compare_hf(
     return result
 
 
-def _frames(item: LoadedVideo) -> Any:
+def _frames(clip: DecodedClip) -> Any:
     import torch
 
-    return torch.from_numpy(item.clip.frames).permute(0, 3, 1, 2)
+    return torch.from_numpy(clip.frames).permute(0, 3, 1, 2)
+
+
+def _metadata(clip: DecodedClip) -> dict[str, Any]:
+    """What vLLM's loader reports of a clip (VideoMetadata's fields)."""
+    return {
+        "total_num_frames": clip.total_frames,
+        "fps": clip.fps,
+        "duration": clip.total_frames / clip.fps if clip.fps else 0.0,
+        "frames_indices": list(clip.indices),
+    }
 
 
 def _compare(part: PreparedItems, out: Any, names: Mapping[str, str], into: dict) -> None:

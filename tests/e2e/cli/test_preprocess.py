@@ -89,6 +89,26 @@ def test_a_video_shows_its_picked_frames_and_matches_transformers(vision_model, 
     assert "frames     [0, 1, 2, 3, 4, 6" in human.stdout, human.stderr
 
 
+@pytest.mark.parametrize("family", ["glm4v", "qwen3_vl"])
+def test_compare_hf_with_the_loader_s_metadata_for_timestamped_videos(family, tmp_path):
+    """GLM's and Qwen3's prompts carry each frame's time: transformers needs the loader's
+    metadata to write the same prompt."""
+    from tests.support.glm4v_models import build_model as glm4v
+    from tests.support.qwen3_vl_models import build_model as qwen3_vl
+    from tests.support.video_e2e import make_clip
+
+    build = {"glm4v": lambda d: glm4v(d, weights=False), "qwen3_vl": qwen3_vl}[family]
+    model = build(tmp_path / "model")
+    make_clip(tmp_path, "clip.mp4", 24, (130, 90), 7.5, "mp4v", 2)
+    result = run_cli(
+        "--model", str(model), "--video", str(tmp_path / "clip.mp4"), "--json", "--compare-hf"
+    )
+    assert result.returncode == 0, result.stderr
+    compared = json.loads(result.stdout)["compare_hf"]
+    assert compared["prompt_ids_equal"] is True
+    assert compared["video"]["pixel_values"]["max_abs_diff"] == 0.0
+
+
 def test_float_pixels_and_options(vision_model, tmp_path):
     path = tmp_path / "photo.png"
     Image.new("RGB", (500, 400), (10, 200, 30)).save(path)
