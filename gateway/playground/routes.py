@@ -21,13 +21,16 @@ CONTENT_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
 }
-# Images the user picks are shown from data: and blob: URLs; nothing else is allowed anywhere.
+# Images the user picks are shown from data: and blob: URLs, videos from blob: URLs (a
+# <video> loads under media-src, which default-src 'none' otherwise closes); nothing else is
+# allowed anywhere.
 CSP = "; ".join(
     (
         "default-src 'none'",
         "script-src 'self'",
         "style-src 'self'",
         "img-src 'self' data: blob:",
+        "media-src blob:",
         "connect-src 'self'",
         "base-uri 'none'",
         "form-action 'none'",

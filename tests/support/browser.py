@@ -37,6 +37,15 @@ FLAGS = (
     "--disable-dev-shm-usage",
 )
 WAIT = 30.0  # seconds a test waits for the page to show something
+# The type a pasted or dropped file carries, by its name's extension (none for others, as a
+# browser gives a file it has no type for).
+FILE_TYPES = {
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "webm": "video/webm",
+    "mp4": "video/mp4",
+    "txt": "text/plain",
+}
 
 
 def require_chromium() -> None:
@@ -102,11 +111,11 @@ class Browser:
         encoded = {name: base64.b64encode(data).decode() for name, data in files.items()}
         self.js(
             """
-            const [kind, css, files] = arguments;
+            const [kind, css, files, types] = arguments;
             const data = new DataTransfer();
             for (const [name, b64] of Object.entries(files)) {
               const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-              const type = name.endsWith('.png') ? 'image/png' : 'image/jpeg';
+              const type = types[name.split('.').pop()] || '';
               data.items.add(new File([bytes], name, { type }));
             }
             const init = { bubbles: true, cancelable: true };
@@ -121,4 +130,5 @@ class Browser:
             event,
             target_css,
             encoded,
+            FILE_TYPES,
         )

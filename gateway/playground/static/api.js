@@ -54,7 +54,7 @@ export async function servedModel() {
   return body.data[0].id;
 }
 
-// POST v1/preprocess: what the gateway makes of the images of `messages`.
+// POST v1/preprocess: what the gateway makes of the images and videos of `messages`.
 export async function preprocess(model, messages, signal) {
   const init = { method: "POST", body: JSON.stringify({ model, messages }), signal };
   return (await call("v1/preprocess", init)).json();

@@ -2,26 +2,34 @@
 // chat API takes it), the streamed answer with its usage and timings, and stopping it.
 
 import { ApiError, chatStream } from "./api.js";
-import { el, imageCard } from "./facts.js";
+import { contentPart, release } from "./attachments.js";
+import { el, mediaCard } from "./facts.js";
 
-function userContent(text, images) {
-  if (images.length === 0) return text;
-  const parts = images.map((image) => ({ type: "image_url", image_url: { url: image.url } }));
+function userContent(text, media) {
+  if (media.length === 0) return text;
+  const parts = media.map(contentPart);
   if (text) parts.push({ type: "text", text });
   return parts;
 }
 
-// "image 1: ..." in an error names the image by its position in the request: say its file.
-function namingImages(message, names) {
-  const match = /\bimage (\d+)\b/.exec(message);
-  const name = match && names[Number(match[1])];
-  return name ? `${message}\n(image ${match[1]} is “${name}”)` : message;
+// "image 1: ..." or "video 0: ..." in an error names the item by its position among the
+// request's items of its kind: say its file. `names`: {image: [...], video: [...]}.
+function namingMedia(message, names) {
+  const match = /\b(image|video) (\d+)\b/.exec(message);
+  const name = match && names[match[1]]?.[Number(match[2])];
+  return name ? `${message}\n(${match[1]} ${match[2]} is “${name}”)` : message;
 }
 
-export function describeError(error, names = []) {
+export function describeError(error, names = {}) {
   if (!(error instanceof ApiError)) return `The request failed: ${error.message}`;
   const param = error.param ? ` (${error.param})` : "";
-  return namingImages(`Error ${error.status}${param}: ${error.message}`, names);
+  return namingMedia(`Error ${error.status}${param}: ${error.message}`, names);
+}
+
+function namesByKind(media) {
+  const names = { image: [], video: [] };
+  for (const item of media) names[item.kind].push(item.name);
+  return names;
 }
 
 function stats(usage, started, first, ended, finish) {
@@ -56,7 +64,7 @@ export class Conversation {
   constructor(transcript, context) {
     this.transcript = transcript;
     this.context = context;
-    this.history = []; // [{message, images}] sent and answered
+    this.history = []; // [{message, media}] sent and answered
     this.controller = null;
     this.chat = 0; // which chat this is: a reset starts another
   }
@@ -68,6 +76,7 @@ export class Conversation {
   reset() {
     this.stop();
     this.chat += 1;
+    for (const turn of this.history) turn.media.forEach(release);
     this.history = [];
     this.transcript.replaceChildren();
   }
@@ -76,17 +85,18 @@ export class Conversation {
     if (this.controller) this.controller.abort();
   }
 
-  showUser(text, images) {
+  showUser(text, media) {
     const turn = el("article", "turn user");
     turn.append(el("h2", null, "You"));
-    if (images.length) {
-      const list = el("ul", "images");
-      for (const image of images) {
-        const card = imageCard(image);
+    if (media.length) {
+      const list = el("ul", "media");
+      for (const item of media) {
+        item.sent = true; // its preview is shown here from now on
+        const card = mediaCard(item);
         list.append(card.node);
         // sent before the gateway had answered about it: show the facts when they come
-        if (!image.facts && image.factsReady) {
-          image.factsReady.then(() => image.facts && card.showFacts(image.facts, 0));
+        if (!item.facts && item.factsReady) {
+          item.factsReady.then(() => item.facts && card.showFacts(item.facts, 0));
         }
       }
       turn.append(list);
@@ -115,18 +125,18 @@ export class Conversation {
 
   // Sends one user turn and streams the answer. Returns false when the API refused it: the
   // turn is then left out of the history (the caller gives it back to the composer to fix).
-  async send(text, images) {
+  async send(text, media) {
     const { model, settings } = this.context;
     const chat = this.chat;
     const { system, ...sampling } = settings();
-    const user = { role: "user", content: userContent(text, images) };
+    const user = { role: "user", content: userContent(text, media) };
     const messages = [
       ...(system ? [{ role: "system", content: system }] : []),
       ...this.history.map((turn) => turn.message),
       user,
     ];
-    const names = [...this.history.flatMap((turn) => turn.images), ...images].map((i) => i.name);
-    this.showUser(text, images);
+    const names = namesByKind([...this.history.flatMap((turn) => turn.media), ...media]);
+    this.showUser(text, media);
     const view = this.showAssistant();
     const body = { model: model(), messages, stream_options: { include_usage: true }, ...sampling };
     this.controller = new AbortController();
@@ -179,8 +189,8 @@ export class Conversation {
     // the next turn does not follow a user turn with another. Nothing is kept of a chat that
     // "New chat" ended meanwhile.
     if (ok && answer && chat === this.chat) {
-      this.history.push({ message: user, images });
-      this.history.push({ message: { role: "assistant", content: answer }, images: [] });
+      this.history.push({ message: user, media });
+      this.history.push({ message: { role: "assistant", content: answer }, media: [] });
     }
     return ok;
   }

@@ -1,5 +1,6 @@
-// How an image and what the gateway made of it (POST v1/preprocess) are shown: one card per
-// image, in the composer before sending and in the conversation after.
+// How an attachment (an image or a video) and what the gateway made of it (POST
+// v1/preprocess) are shown: one card per attachment, in the composer before sending and in
+// the conversation after.
 
 export function formatBytes(n) {
   if (n < 1024) return `${n} B`;
@@ -18,43 +19,93 @@ function joined(values) {
   return Array.isArray(values) ? values.flat().join("×") : String(values);
 }
 
-// The rows of the facts list for image `index` of a /v1/preprocess answer.
-export function factRows(reply, index) {
-  const image = reply.images[index];
+// At most three decimals (as the API rounds seconds), without trailing zeros: a
+// container's 29.97002997 fps reads 29.97.
+function short(value) {
+  return String(Number(value.toFixed(3)));
+}
+
+// The rows that say which frames a video's loader picked: how many of how many at what rate,
+// and the span of clip they cover.
+function frameRows(video) {
+  const rows = [];
+  if (video.frames) {
+    const of = video.total_frames == null ? "" : ` of ${video.total_frames}`;
+    const rate = video.fps == null ? "" : ` at ${short(video.fps)} fps`;
+    rows.push(["frames", `${video.frames.length}${of}${rate}`]);
+  }
+  if (video.seconds && video.seconds.length) {
+    const first = video.seconds[0];
+    const last = video.seconds[video.seconds.length - 1];
+    const span = first === last ? short(first) : `${short(first)}–${short(last)}`;
+    rows.push(["seconds", `${span} s`]);
+  }
+  return rows;
+}
+
+// The rows of the facts list for item `index` of kind "image" or "video" of a
+// /v1/preprocess answer.
+export function factRows(reply, index, kind = "image") {
+  const item = kind === "video" ? reply.videos[index] : reply.images[index];
   if (reply.processed_by === "worker") {
     return [
       ["processor", "the engine worker's (none for this model in the gateway)"],
-      ["type", image.mime || "?"],
+      ["type", item.mime || "?"],
     ];
   }
+  const family = kind === "video" ? reply.video_family : reply.family;
+  const title = reply.family_title;
   const rows = [
-    ["processor", `${reply.family_title} (${reply.family})`],
-    ["decoded", `${image.width}×${image.height}`],
+    ["processor", title ? `${title} (${family})` : `${family}`],
+    ["decoded", `${item.width}×${item.height}`],
   ];
-  for (const [name, values] of Object.entries(image.grid)) rows.push([name, joined(values)]);
-  const markers = image.tokens - image.embeddings;
-  const tokens = markers > 0 ? `${image.tokens} (${markers} of them markers)` : `${image.tokens}`;
+  if (kind === "video") rows.push(...frameRows(item));
+  for (const [name, values] of Object.entries(item.grid)) rows.push([name, joined(values)]);
+  const markers = item.tokens - item.embeddings;
+  const tokens = markers > 0 ? `${item.tokens} (${markers} of them markers)` : `${item.tokens}`;
   rows.push(["tokens", tokens]);
-  const pixels = image.tensors.pixel_values;
+  // (a video's too: the API names its frames' patches pixel_values, as they travel)
+  const pixels = item.tensors.pixel_values;
   if (pixels) rows.push(["pixel_values", `[${pixels.shape.join(", ")}] ${pixels.dtype}`]);
   return rows;
 }
 
-// A card for `image` ({name, url, bytes, facts}): thumbnail, name and size, then the facts
-// (or what stands in for them: "asking the gateway…", an error).
-export function imageCard(image) {
-  const node = el("li", "image");
+// A video's preview, from its blob: URL (the CSP's media-src); a clip the browser cannot
+// play (an AVI, MPEG-4 Part 2) is said so: the gateway decodes it all the same.
+function videoPreview(item) {
+  const video = el("video");
+  video.src = item.preview;
+  video.controls = true;
+  video.muted = true;
+  video.preload = "metadata";
+  video.playsInline = true;
+  video.setAttribute("aria-label", item.name);
+  video.addEventListener("error", () => {
+    video.replaceWith(el("p", "no-preview", "no preview: this browser cannot play it"));
+  });
+  return video;
+}
+
+function imagePreview(item) {
   const img = el("img");
-  img.src = image.url;
-  img.alt = image.name;
+  img.src = item.url;
+  img.alt = item.name;
+  return img;
+}
+
+// A card for `item` ({kind, name, url, preview, bytes, facts}): preview, name and size, then
+// the facts (or what stands in for them: "asking the gateway…", an error).
+export function mediaCard(item) {
+  const node = el("li", `card ${item.kind}`);
+  const preview = item.kind === "video" ? videoPreview(item) : imagePreview(item);
   const box = el("div", "facts-box");
-  node.append(img, el("span", "name", image.name), el("span", "size", formatBytes(image.bytes)));
+  node.append(preview, el("span", "name", item.name), el("span", "size", formatBytes(item.bytes)));
   node.append(box);
   const card = {
     node,
     showFacts(reply, index) {
       const list = el("dl", "facts");
-      for (const [term, value] of factRows(reply, index)) {
+      for (const [term, value] of factRows(reply, index, item.kind)) {
         list.append(el("dt", null, term), el("dd", null, value));
       }
       box.replaceChildren(list);
@@ -63,7 +114,7 @@ export function imageCard(image) {
       box.replaceChildren(el("p", isError ? "error" : "facts-status", text));
     },
   };
-  if (image.facts) card.showFacts(image.facts, 0);
-  else if (image.factsError) card.showStatus(image.factsError, true);
+  if (item.facts) card.showFacts(item.facts, 0);
+  else if (item.factsError) card.showStatus(item.factsError, true);
   return card;
 }

@@ -18,6 +18,7 @@ const page = {
   transcript: $("transcript"),
   composer: $("composer"),
   attachments: $("attachments"),
+  refused: $("refused"),
   prompt: $("prompt"),
   file: $("file"),
   attach: $("attach"),
@@ -74,7 +75,10 @@ async function connect() {
   }
 }
 
-const attachments = new Attachments(page.attachments, page.prompt, { model: () => model, onError });
+const attachments = new Attachments(page.attachments, page.refused, page.prompt, {
+  model: () => model,
+  onError,
+});
 const conversation = new Conversation(page.transcript, {
   model: () => model,
   settings,
@@ -90,19 +94,17 @@ const conversation = new Conversation(page.transcript, {
 async function send() {
   const text = page.prompt.value.trim();
   if (conversation.busy || (!text && attachments.count === 0)) return;
-  const images = attachments.take();
+  const media = attachments.take();
   page.prompt.value = "";
-  const ok = await conversation.send(text, images);
+  const ok = await conversation.send(text, media);
   if (!ok && !page.prompt.value && attachments.count === 0) {
-    // refused: give the message back to fix (remove the image the error names, say)
+    // refused: give the message back to fix (remove the file the error names, say)
     page.prompt.value = text;
-    for (const image of images) attachments.add(image);
+    for (const item of media) attachments.add(item);
   }
 }
 
-function imageFiles(list) {
-  return [...(list || [])].filter((file) => file.type === "" || file.type.startsWith("image/"));
-}
+const filesOf = (list) => [...(list || [])];
 
 page.auth.addEventListener("submit", (event) => {
   event.preventDefault();
@@ -136,11 +138,11 @@ page.newChat.addEventListener("click", () => {
 
 page.attach.addEventListener("click", () => page.file.click());
 page.file.addEventListener("change", async () => {
-  await attachments.addFiles(imageFiles(page.file.files));
+  await attachments.addFiles(filesOf(page.file.files));
   page.file.value = "";
 });
 document.addEventListener("paste", (event) => {
-  const files = imageFiles(event.clipboardData && event.clipboardData.files);
+  const files = filesOf(event.clipboardData && event.clipboardData.files);
   if (files.length === 0) return; // text pastes as usual
   event.preventDefault();
   attachments.addFiles(files);
@@ -156,7 +158,7 @@ document.addEventListener("dragleave", (event) => {
 document.addEventListener("drop", (event) => {
   event.preventDefault();
   page.composer.classList.remove("dropping");
-  attachments.addFiles(imageFiles(event.dataTransfer && event.dataTransfer.files));
+  attachments.addFiles(filesOf(event.dataTransfer && event.dataTransfer.files));
 });
 
 connect();

@@ -1,7 +1,8 @@
 """The web playground in a real browser (headless Chromium driven by Selenium,
 tests/support/browser.py) against the real gateway over a real worker (the tiny Qwen2-VL on
 vLLM's CPU engine): images attached by picker, paste and drop with what the gateway made of
-each, streamed answers with their usage, stopping one (the engine lets the request go), the
+each, a video with the frames its loader picked and its preview, other files refused by name,
+streamed answers with their usage, stopping one (the engine lets the request go), the
 API's errors, the keyboard alone, a phone's width, the API key. After every test, no request
 of the page went anywhere but the gateway and the console shows no error but the API's.
 
@@ -27,6 +28,7 @@ from tests.support.browser import Browser
 from tests.support.e2e_cases import MM_LIMITS, make_image, png_bytes
 from tests.support.engines import serve_worker
 from tests.support.gateway_process import GatewayProcess
+from tests.support.video_e2e import make_clip, video
 
 MODEL = "tiny-qwen2-vl"
 PHOTO = IMAGES_DIR / "square.jpg"
@@ -135,10 +137,11 @@ def facts(card) -> dict[str, str]:
 
 
 def composer_cards(browser: Browser, count: int, ready: str = ".facts, .error") -> list:
-    """The composer's `count` image cards, once each shows its facts (or an error)."""
+    """The composer's `count` cards (images and videos), once each shows its facts (or an
+    error)."""
 
     def settled(_):
-        cards = find_all(browser, "#attachments .image")
+        cards = find_all(browser, "#attachments .card")
         done = len(cards) == count and all(c.find_elements("css selector", ready) for c in cards)
         return cards if done else False
 
@@ -232,6 +235,114 @@ def test_an_image_and_a_question_stream_an_answer_with_its_usage(page, gateway, 
     page.driver.save_screenshot(str(shot))
     if target := os.environ.get("MMGATE_PLAYGROUND_SCREENSHOT"):
         shutil.copy(shot, target)
+
+
+def preprocessed(gateway: GatewayProcess, content: list[dict]) -> dict:
+    body = {"messages": [{"role": "user", "content": content}]}
+    reply = httpx.post(f"{gateway.base_url}/v1/preprocess", json=body, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def preview_of(browser: Browser, css: str) -> list | None:
+    """A <video>'s source scheme and the size the browser decoded, once it has read the
+    clip's metadata (None before)."""
+    return browser.js(
+        """
+        const v = document.querySelector(arguments[0]);
+        if (!v || v.readyState < 1) return null;
+        return [v.src.split(':')[0], v.videoWidth, v.videoHeight];
+        """,
+        css,
+    )
+
+
+def test_a_video_shows_the_frames_picked_and_is_chatted_about(page, gateway, tmp_path):
+    # 11 frames at 6 fps, WebM (VP8): a clip Chromium itself plays, so its preview shows.
+    clip = make_clip(tmp_path, "clip.webm", 11, (100, 62), 6, "VP80", seed=7)
+    set_field(page, "max-tokens", 8)
+    attach(page, tmp_path / "clip.webm")
+    (card,) = composer_cards(page, 1)
+    assert "video" in card.get_attribute("class").split()
+    assert "clip.webm" in card.text and f"{len(clip) / 1024:.1f} KB" in card.text
+    # What the gateway made of the clip, as its /v1/preprocess tells any client.
+    uri = "data:video/webm;base64," + base64.b64encode(clip).decode()
+    reply = preprocessed(gateway, [video(uri)])
+    assert reply["processed_by"] == "gateway" and reply["images"] == []
+    (clip_facts,) = reply["videos"]
+    picked, seconds = clip_facts["frames"], clip_facts["seconds"]
+    assert clip_facts["fps"] == 6 and 1 < len(picked) <= clip_facts["total_frames"]
+    shown = facts(card)
+    assert shown["processor"] == f"Qwen-VL ({reply['video_family']})"
+    assert shown["decoded"] == f"{clip_facts['width']}×{clip_facts['height']}"
+    assert shown["frames"] == f"{len(picked)} of {clip_facts['total_frames']} at 6 fps"
+    assert shown["seconds"] == f"{seconds[0]:g}–{seconds[-1]:g} s"
+    grid = clip_facts["grid"]["video_grid_thw"]
+    assert shown["video_grid_thw"] == "×".join(map(str, grid))
+    assert shown["tokens"] == str(clip_facts["tokens"])
+    pixels = clip_facts["tensors"][
+        "pixel_values"
+    ]  # (the frames' patches, as the worker takes them)
+    assert shown["pixel_values"] == f"[{', '.join(map(str, pixels['shape']))}] uint8"
+    # Previewed from a blob: URL, which the page's CSP lets a <video> load (a refusal would
+    # be a console error, which the fixture's check after the test does not let pass).
+    shape = page.wait(lambda _: preview_of(page, "#attachments video"), what="the preview")
+    assert shape == ["blob", 100, 62]
+
+    find(page, "#prompt").send_keys("What happens in this clip?")
+    find(page, "#send").click()
+    usage = STATS.fullmatch(answer_done(page))
+    assert usage, usage
+    # The page sent the clip as a video_url part, before its question: the prompt the engine
+    # counted is the one the gateway expands for those parts.
+    question = [video(uri), {"type": "text", "text": "What happens in this clip?"}]
+    assert int(usage[1]) == preprocessed(gateway, question)["prompt_tokens"]
+    assert (int(usage[2]), usage[3]) == (8, "length")
+    # The sent turn keeps the video, its facts and its preview.
+    assert facts(find(page, ".turn.user .video"))["frames"] == shown["frames"]
+    assert page.wait(lambda _: preview_of(page, ".turn.user video"), what="preview") == shape
+
+
+def test_files_that_are_not_images_or_videos_are_refused_by_name(page, gateway, tmp_path):
+    # A dropped file with no type is taken by its name (.mkv: a Matroska video; the gateway
+    # reads the container from the bytes), one of a type neither image nor video is refused.
+    clip = make_clip(tmp_path, "clip.webm", 5, (48, 32), 4, "VP80", seed=3)
+    page.dispatch_files(
+        "drop", "#transcript", {"notes.txt": b"hello", "clip.mkv": clip, "report.pdf": b"%PDF"}
+    )
+    (card,) = composer_cards(page, 1, ready=".facts")
+    assert card.find_element("css selector", ".name").text == "clip.mkv"
+    assert facts(card)["frames"].endswith(" at 4 fps")
+    refused = find(page, "#refused")
+    assert refused.is_displayed() and refused.get_attribute("role") == "alert"
+    assert refused.text == "Not attached: “notes.txt”, “report.pdf”: only images and videos can be."
+    # A later pick of images and videos only clears the notice.
+    attach(page, PHOTO)
+    composer_cards(page, 2, ready=".facts")
+    assert text_of(page, "#refused") == "" and not refused.is_displayed()
+
+
+def test_a_bad_video_shows_the_apis_error_naming_it(page, gateway, tmp_path):
+    clip = make_clip(tmp_path, "clip.webm", 5, (48, 32), 4, "VP80", seed=4)
+    broken = tmp_path / "broken.webm"
+    broken.write_bytes(clip[:300])  # a WebM header, its frames cut off
+    set_field(page, "max-tokens", 8)
+    attach(page, PHOTO, broken)
+    good, bad = composer_cards(page, 2)
+    assert "processor" in facts(good)
+    assert "Error 400: invalid video: video 0: " in bad.find_element("css selector", ".error").text
+    find(page, "#prompt").send_keys("What is wrong here?")
+    find(page, "#send").click()
+    error = page.wait(lambda _: text_of(page, ".turn.assistant .error"), what="the error")
+    # The API's own words, and the file they mean (the first video, after an image).
+    uri = "data:video/webm;base64," + base64.b64encode(broken.read_bytes()).decode()
+    content = [image_part(data_uri(PHOTO, "image/jpeg")), video(uri)]
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 8}
+    refused = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=30)
+    assert refused.status_code == 400
+    message = refused.json()["error"]["message"]
+    assert message.startswith("invalid video: video 0: ")
+    assert error == f"Error 400 (messages): {message}\n(video 0 is “broken.webm”)"
 
 
 def loads(worker) -> int:

@@ -45,6 +45,9 @@ def test_every_answer_forbids_other_origins():
         assert csp["default-src"] == "'none'"
         assert csp["script-src"] == csp["style-src"] == csp["connect-src"] == "'self'"
         assert csp["frame-ancestors"] == "'none'"
+        # what the user attaches is previewed from the tab's own data: and blob: URLs only
+        assert csp["img-src"] == "'self' data: blob:"
+        assert csp["media-src"] == "blob:"
         assert reply.headers["x-content-type-options"] == "nosniff"
         assert reply.headers["referrer-policy"] == "no-referrer"
 
