@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from engine_server.errors import InvalidRequest
+from multimodal.shm import shm_namespace_id
 from protos import vllm_engine_pb2 as pb
 
 SAMPLING_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -118,16 +119,6 @@ def check_item_counts(mm_config: Any, counts: Mapping[str, int], field: str) -> 
                 f"{field}: {count} {modality} items exceed this engine's limit of {limit} "
                 "per prompt (--limit-mm-per-prompt)"
             )
-
-
-def shm_namespace_id() -> str:
-    """<boot_id>:<st_dev of /dev/shm>, so a router can tell whether it shares our /dev/shm."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        return f"{boot}:{os.stat('/dev/shm').st_dev}"
-    except OSError:
-        return ""
 
 
 def server_info(vllm_config: Any, state: dict[str, Any]) -> pb.GetServerInfoResponse:

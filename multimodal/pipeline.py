@@ -29,11 +29,13 @@ from multimodal.prompt import Placeholders, Range, expand
 from multimodal.video import FRAME_LIST_FRAMES, FrameListSampling, load_video
 from multimodal.wire import (
     FLOAT_DTYPES,
+    Field,
+    Node,
     Piece,
-    encode_multimodal_inputs,
     field_number,
-    field_pieces,
+    flatten,
     multimodal_inputs,
+    multimodal_nodes,
 )
 from protos import vllm_engine_pb2 as pb
 
@@ -128,13 +130,18 @@ class Prepared:
     def request_fields(self) -> list[Piece]:
         """The GenerateRequest fields that carry the items, serialized, in pieces that view the
         tensors instead of copying them (appended to the request's own serialized fields)."""
-        pieces: list[Piece] = []
-        for number, part in zip(self._field_numbers(), self.parts):
-            encoded = encode_multimodal_inputs(
-                part.processed, part.ranges, part.hashes, self.float_dtype, part.modality
+        return flatten(self.request_nodes())
+
+    def request_nodes(self) -> list[Node]:
+        """`request_fields` before `flatten`: each attempt at a worker flattens them with its
+        own tensor transport (fresh /dev/shm segments, or inline)."""
+        return [
+            Field(
+                number,
+                multimodal_nodes(p.processed, p.ranges, p.hashes, self.float_dtype, p.modality),
             )
-            pieces += field_pieces(number, encoded)
-        return pieces
+            for number, p in zip(self._field_numbers(), self.parts)
+        ]
 
     def _field_numbers(self) -> list[int]:
         return [_MM_INPUTS] + [_EXTRA_MM_INPUTS] * (len(self.parts) - 1)

@@ -13,7 +13,8 @@ that was 2.4 ms of stalled event loop per image, for a 3840x2160 one over 100 ms
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -102,15 +103,77 @@ def encode_multimodal_inputs(
     """`multimodal_inputs(...)` serialized, as pieces to send one after another; the tensors'
     bytes are views of their arrays (kept alive by the views). Fields are in another order
     than `SerializeToString` writes them, which protobuf parsers accept by definition."""
-    pieces: list[Piece] = [_message(processed, ranges, hashes, modality).SerializeToString()]
+    return flatten(multimodal_nodes(processed, ranges, hashes, float_dtype, modality))
+
+
+def multimodal_nodes(
+    processed: ProcessedItems,
+    ranges: Sequence[tuple[int, int]],
+    hashes: Sequence[str],
+    float_dtype: str | None = None,
+    modality: Modality = "image",
+) -> list[Node]:
+    """`encode_multimodal_inputs` before `flatten`: each tensor's bytes a `Payload` whose
+    transport (inline or a /dev/shm segment) is chosen when it is flattened."""
+    nodes: list[Node] = [_message(processed, ranges, hashes, modality).SerializeToString()]
     for key, value in processed.tensors.items():
-        tensor = _tensor_pieces(value, float_dtype)
+        tensor = _tensor_nodes(value, float_dtype)
         if key == PRIMARY_KEY:
-            pieces += field_pieces(_PIXEL_VALUES, tensor)
+            nodes.append(Field(_PIXEL_VALUES, tensor))
         else:  # a map entry: key = 1, value = 2
-            entry = [*field_pieces(_MAP_KEY, [key.encode()]), *field_pieces(_MAP_VALUE, tensor)]
-            pieces += field_pieces(_MODEL_SPECIFIC_TENSORS, entry)
+            entry = [Field(_MAP_KEY, [key.encode()]), Field(_MAP_VALUE, tensor)]
+            nodes.append(Field(_MODEL_SPECIFIC_TENSORS, entry))
+    return nodes
+
+
+@dataclass(frozen=True)
+class Field:
+    """A length-delimited field whose content is more nodes: its length is known only once
+    they are flattened (a tensor's ShmHandle is shorter than its bytes)."""
+
+    number: int
+    nodes: Sequence[Node]
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A tensor's raw bytes: TensorData's `inline` field, or its `shm` handle."""
+
+    data: bytes | memoryview
+
+
+Node = bytes | memoryview | Field | Payload
+# Where a payload goes: a handle to a segment holding its bytes, or None to send it inline.
+Place = Callable[[bytes | memoryview], common_pb2.ShmHandle | None]
+
+
+def flatten(nodes: Sequence[Node], place: Place | None = None) -> list[Piece]:
+    """The nodes as pieces to send one after another; `place` decides each payload's
+    transport (None: every payload inline). Never copies a payload."""
+    pieces: list[Piece] = []
+    for node in nodes:
+        if isinstance(node, Field):
+            pieces += field_pieces(node.number, flatten(node.nodes, place))
+        elif isinstance(node, Payload):
+            handle = place(node.data) if place is not None else None
+            if handle is None:  # inline is in a oneof: on the wire even when empty
+                pieces += field_pieces(_INLINE, [node.data])
+            else:
+                pieces += field_pieces(_SHM, [handle.SerializeToString()])
+        else:
+            pieces.append(node)
     return pieces
+
+
+def payload_sizes(nodes: Sequence[Node]) -> list[int]:
+    """The byte counts of the nodes' payloads, in order."""
+    sizes: list[int] = []
+    for node in nodes:
+        if isinstance(node, Field):
+            sizes += payload_sizes(node.nodes)
+        elif isinstance(node, Payload):
+            sizes.append(len(node.data))
+    return sizes
 
 
 def field_pieces(number: int, pieces: Sequence[Piece]) -> list[Piece]:
@@ -126,16 +189,16 @@ def field_number(message: type, name: str) -> int:
 _PIXEL_VALUES = field_number(pb.MultimodalInputs, "pixel_values")
 _MODEL_SPECIFIC_TENSORS = field_number(pb.MultimodalInputs, "model_specific_tensors")
 _INLINE = field_number(pb.TensorData, "inline")
+_SHM = field_number(pb.TensorData, "shm")
 _MAP_KEY, _MAP_VALUE = 1, 2  # a map entry is a message {key = 1; value = 2}
 _LENGTH_DELIMITED = 2  # the wire type of bytes, strings and embedded messages
 
 
-def _tensor_pieces(array: np.ndarray, dtype: str | None) -> list[Piece]:
+def _tensor_nodes(array: np.ndarray, dtype: str | None) -> list[Node]:
     name, array = _wire_array(array, dtype)
     head = pb.TensorData(shape=list(array.shape), dtype=name).SerializeToString()
-    # inline is in a oneof: it is on the wire even when empty, as in the message form.
     data = memoryview(array).cast("B") if array.size else b""  # (cast refuses a 0 in the shape)
-    return [head, *field_pieces(_INLINE, [data])]
+    return [head, Payload(data)]
 
 
 def _varint(value: int) -> bytes:

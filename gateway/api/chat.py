@@ -176,7 +176,7 @@ class _Run:
             service.added,
             metrics=service.metrics,
             reroute=lambda failed: service.pool.reroute(failed, prompt.ids, by_worker),
-            tail=prompt.request_fields,
+            tail=service.prompts.tail(prompt),
         )
         self.choices = self.generation.choices
         self.usage = self.generation.usage

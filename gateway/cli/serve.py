@@ -11,6 +11,7 @@ from gateway.render.worker_media import MM_PROCESSING
 from gateway.server.config import AdmissionConfig
 from gateway.server.limits import MIB, RequestLimits
 from gateway.workers.pool import PoolOptions
+from gateway.workers.tensor_transport import DEFAULT_SHM_MIN_BYTES, TRANSPORT_MODES
 
 DESCRIPTION = """\
 OpenAI-compatible HTTP server that renders chat templates, tokenizes, fetches and preprocesses
@@ -115,6 +116,25 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let requests set media_io_kwargs (a video's fps and num_frames), as vLLM's flag "
         "does; refused otherwise, since they change what loading a video costs",
+    )
+    p.add_argument(
+        "--multimodal-tensor-transport",
+        choices=TRANSPORT_MODES,
+        default="auto",
+        help="how preprocessed tensors reach a worker (SMG's flag): through /dev/shm segments "
+        "rather than the gRPC socket when the worker shares this host's /dev/shm (auto: when "
+        "its GetServerInfo shm_namespace_id, <boot_id>:<st_dev of /dev/shm>, equals ours; shm: "
+        "always, you assert it does), or inline always. Segments are this user's only (mode "
+        "0600): the worker must run as the same user (or root). A segment that cannot be "
+        "written goes inline (default: %(default)s)",
+    )
+    p.add_argument(
+        "--multimodal-shm-min-bytes",
+        type=_positive,
+        default=DEFAULT_SHM_MIN_BYTES,
+        metavar="BYTES",
+        help="the smallest tensor sent through /dev/shm; smaller ones go inline (default: "
+        "%(default)s = 1 MiB; SMG's is 64 KiB)",
     )
     p.add_argument(
         "--allow-private-media-networks",
@@ -367,6 +387,8 @@ def main(argv: list[str]) -> int:
         max_mm_message_bytes=min(args.max_mm_message_mib * MIB, GRPC_MAX_MESSAGE_BYTES),
         trust_request_mm_kwargs=args.trust_request_mm_kwargs,
         mm_processing=mm_processing_mode(args.mm_processing),
+        tensor_transport=args.multimodal_tensor_transport,
+        shm_min_bytes=args.multimodal_shm_min_bytes,
         api_keys=args.api_key + ([env_key] if env_key else []),
         cors=CorsConfig(
             allowed_origins=args.allowed_origins,

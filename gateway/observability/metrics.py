@@ -98,6 +98,16 @@ class GatewayMetrics:
             ["parser"],
             registry=r,
         )
+        self.shm_bytes = Counter(
+            "mmgate_shm_bytes",
+            "tensor bytes handed to workers through /dev/shm segments instead of the socket",
+            registry=r,
+        )
+        self.shm_write_failures = Counter(
+            "mmgate_shm_write_failures",
+            "tensors that could not be written to /dev/shm (full, missing) and went inline",
+            registry=r,
+        )
         self.workers_refused = Counter(
             "mmgate_workers_refused",
             "times a worker was refused (other_model: it serves another model than the gateway)",

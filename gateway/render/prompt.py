@@ -30,11 +30,12 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.render.messages import MediaItem
 from gateway.render.renderer import ChatRenderer, RenderedChat
 from gateway.render.worker_media import MmProcessing, download_items, media_refs
+from gateway.workers.tensor_transport import InlineTail, Tail, TensorTransport
 from multimodal.media import MediaPolicy, needs_download
 from multimodal.pipeline import LoadedItem, PixelEncoding, Prepared, decode_items, prepare
 from multimodal.processors.base import VideoSampling
 from multimodal.registry import ModelProcessors
-from multimodal.wire import MODALITIES, Piece
+from multimodal.wire import MODALITIES, Node, Piece, flatten
 from protos import vllm_engine_pb2 as pb
 
 # vLLM 0.32's words (validate_request_mm_kwargs).
@@ -130,6 +131,8 @@ class Prompt:
     items: list[LoadedItem] = field(default_factory=list)
     # Media the worker preprocesses (then `ids` holds one unexpanded placeholder per item).
     media_refs: pb.MediaRefs | None = None
+    # `request_fields` before each tensor's transport is chosen (per worker: TensorTransport).
+    request_nodes: list[Node] = field(default_factory=list)
 
     @property
     def has_media(self) -> bool:
@@ -158,15 +161,18 @@ class PromptBuilder:
         max_concurrent_videos: int | None = None,
         max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
         trust_request_mm_kwargs: bool = False,
+        tensor_transport: TensorTransport | None = None,
     ) -> None:
         """`mm_processing`: who preprocesses media: the gateway where it has the model's
         processor and the worker otherwise ("auto"), only the gateway, or only the worker.
         `max_concurrent_videos`: requests with videos preprocessed at once (the others wait):
         a clip is up to `media_policy.max_video_decoded_bytes` of frames, so this bounds the
         memory videos take, and leaves threads and cores to image and text requests.
-        `max_message_bytes`: the most a request's serialized tensors may take on the wire.
+        `max_message_bytes`: the most a request's serialized tensors may take on the wire
+        (inline: a retry may go to a worker that does not share /dev/shm).
         `trust_request_mm_kwargs`: vLLM's flag; without it a request's `media_io_kwargs` is
-        refused as vLLM refuses it (they change what loading a video costs)."""
+        refused as vLLM refuses it (they change what loading a video costs).
+        `tensor_transport`: inline or through /dev/shm, per worker (None: always inline)."""
         self.renderer = renderer
         self.processors = processors
         self.media_policy = media_policy
@@ -176,6 +182,7 @@ class PromptBuilder:
         self._video_slots = asyncio.Semaphore(max_concurrent_videos or default_video_concurrency())
         self.max_message_bytes = max_message_bytes
         self.trust_request_mm_kwargs = trust_request_mm_kwargs
+        self.tensor_transport = tensor_transport
 
     def render(self, request: PromptRequest) -> RenderedChat:
         if request.chat_template is not None:
@@ -251,7 +258,7 @@ class PromptBuilder:
         with tracing.span("mmgate.preprocess", mmgate_family=families):
             async with self._slots_for(rendered.media):
                 processing = time.perf_counter()
-                loaded, prepared, fields = await asyncio.to_thread(
+                loaded, prepared, nodes, fields = await asyncio.to_thread(
                     self._decode_and_prepare,
                     rendered.media,
                     downloaded,
@@ -263,7 +270,16 @@ class PromptBuilder:
         self._observe(fetched - started, time.perf_counter() - processing, len(rendered.media))
         self._check_message_size(fields)
         kept = loaded if keep_items else []
-        return Prompt(prepared.prompt_ids, rendered.prompt, prepared, fields, kept)
+        return Prompt(
+            prepared.prompt_ids, rendered.prompt, prepared, fields, kept, request_nodes=nodes
+        )
+
+    def tail(self, prompt: Prompt) -> Tail:
+        """What a Generate call for `prompt` sends after the request's own fields, made for
+        each worker it tries."""
+        if self.tensor_transport is None or not prompt.request_nodes:
+            return InlineTail(prompt.request_fields)
+        return self.tensor_transport.tail(prompt.request_nodes, prompt.request_fields)
 
     def _check_message_size(self, fields: Sequence[Piece]) -> None:
         size = sum(len(piece) for piece in fields)
@@ -307,7 +323,7 @@ class PromptBuilder:
         pixels: PixelEncoding,
         prompt_ids: Sequence[int],
         sampling: VideoSampling,
-    ) -> tuple[list[LoadedItem], Prepared, list[Piece]]:
+    ) -> tuple[list[LoadedItem], Prepared, list[Node], list[Piece]]:
         """Blocking: each modality's items decoded (a video's frames as its family's loader
         picks them) and preprocessed; the groups in the order their modalities first appear."""
         groups, loaded = [], []
@@ -325,7 +341,8 @@ class PromptBuilder:
             groups.append((processor, items))
             loaded += items
         prepared = prepare(groups, prompt_ids, kwargs, pixels, sampling)
-        return loaded, prepared, prepared.request_fields()
+        nodes = prepared.request_nodes()
+        return loaded, prepared, nodes, flatten(nodes)
 
     def _observe(self, fetch_seconds: float, process_seconds: float | None, items: int) -> None:
         if self.metrics is None:

@@ -49,6 +49,7 @@ from gateway.server.routes import VERSION, hot_handlers
 from gateway.server.routes import install as install_routes
 from gateway.stream.logprobs import TokenTexts
 from gateway.workers.pool import WorkerPool
+from gateway.workers.tensor_transport import TensorTransport
 from gateway.workers.worker import WorkerFacts
 from multimodal.fetch import create_http_client
 from multimodal.registry import processors_for
@@ -167,6 +168,7 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
         config.max_concurrent_videos,
         config.max_mm_message_bytes,
         config.trust_request_mm_kwargs,
+        TensorTransport(config.tensor_transport, config.shm_min_bytes, metrics),
     )
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)

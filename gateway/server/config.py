@@ -9,6 +9,7 @@ from gateway.parsers.config import ParsingConfig
 from gateway.render.worker_media import MmProcessing
 from gateway.server.limits import RequestLimits
 from gateway.workers.pool import PoolOptions
+from gateway.workers.tensor_transport import DEFAULT_SHM_MIN_BYTES, TensorTransportMode
 from multimodal.media import MediaPolicy
 
 
@@ -43,6 +44,10 @@ class GatewayConfig:
     max_mm_message_bytes: int = (1 << 31) - 1  # a request's tensors on the wire (gRPC's cap)
     trust_request_mm_kwargs: bool = False  # vLLM's: per-request media_io_kwargs allowed
     mm_processing: MmProcessing = "auto"
+    # Tensors through /dev/shm to workers sharing it (auto), never (inline) or always (shm),
+    # those of at least shm_min_bytes (gateway.workers.tensor_transport).
+    tensor_transport: TensorTransportMode = "auto"
+    shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES
     api_keys: list[str] = field(default_factory=list)
     cors: CorsConfig = field(default_factory=CorsConfig)
     worker_dns: list[str] = field(default_factory=list)

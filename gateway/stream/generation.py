@@ -23,6 +23,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.stream.detokenizer import IncrementalText, TextOptions
 from gateway.stream.logprobs import Position
 from gateway.workers.retry import Reroute, RetryingGenerate
+from gateway.workers.tensor_transport import Tail
 from gateway.workers.worker import Worker
 from multimodal.wire import Piece
 from protos import vllm_engine_pb2 as pb
@@ -149,9 +150,10 @@ class Generation:
         first_index: int = 0,
         metrics: GatewayMetrics | None = None,
         reroute: Reroute | None = None,
-        tail: Sequence[Piece] = (),
+        tail: Tail | Sequence[Piece] = (),
     ) -> None:
-        """`tail`: fields already serialized, sent after `generate`'s own (the images)."""
+        """`tail`: fields already serialized, sent after `generate`'s own (the images), or
+        what makes them for each worker tried (gateway.workers.tensor_transport)."""
         options = TextOptions(
             skip_special_tokens=request.skip_special_tokens,
             spaces_between_special_tokens=request.spaces_between_special_tokens,

@@ -3,6 +3,10 @@ before sending anything, the same request goes to another worker of the pool, if
 
 After the first message a retry would repeat tokens the client may already have, so the error
 stands then (as a 502 or the worker's own status).
+
+Each attempt gets its own tail from the request's `Tail` (tensors in /dev/shm segments for a
+worker sharing it, which the worker unlinks as it reads them), and the attempt's segments are
+unlinked when it ends, whatever ended it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import grpc
 
 from gateway.errors import from_grpc
 from gateway.observability import tracing
+from gateway.workers.tensor_transport import InlineTail, Tail
 from gateway.workers.worker import WORKER_FAULTS, Worker
 from multimodal.wire import Piece
 from protos import vllm_engine_pb2 as pb
@@ -29,11 +34,13 @@ class RetryingGenerate:
         self,
         worker: Worker,
         generate: pb.GenerateRequest,
-        tail: Sequence[Piece] = (),
+        tail: Tail | Sequence[Piece] = (),
         reroute: Reroute | None = None,
     ) -> None:
-        """`tail`: fields already serialized, sent after `generate`'s own (the images)."""
-        self.worker, self.generate, self.tail, self.reroute = worker, generate, tail, reroute
+        """`tail`: fields already serialized, sent after `generate`'s own (the images), or
+        what makes them for each worker tried."""
+        self.worker, self.generate, self.reroute = worker, generate, reroute
+        self.tail: Tail = InlineTail(tail) if isinstance(tail, Sequence) else tail
 
     async def responses(self) -> AsyncIterator[pb.GenerateResponse]:
         """The worker's messages; a call failing before its first message is retried."""
@@ -41,9 +48,12 @@ class RetryingGenerate:
         while True:
             received, failure = False, None
             call = tracing.start("mmgate.worker.generate", worker_url=self.worker.url)
+            attempt = None
             try:
+                attempt = await self.tail.attempt(self.worker.facts)
                 # aclosing: a consumer that stops (client gone) cancels the call at once
-                responses = self.worker.generate(self.generate, self.tail, tracing.metadata(call))
+                metadata = tracing.metadata(call)
+                responses = self.worker.generate(self.generate, attempt.pieces, metadata)
                 async with aclosing(responses) as stream:
                     async for response in stream:
                         received = True
@@ -58,6 +68,8 @@ class RetryingGenerate:
                     continue
                 raise from_grpc(error) from None
             finally:
+                if attempt is not None:
+                    attempt.close()
                 tracing.finish(call, failure)
             self.worker.record_call(None)
             return

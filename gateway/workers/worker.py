@@ -55,6 +55,9 @@ class WorkerFacts:
     # URL schemes the worker fetches for `media_refs` (GetServerInfo.mm_media_ref_schemes);
     # empty when it processes no media itself (mm_processor off).
     media_ref_schemes: frozenset[str] = frozenset()
+    # The worker's /dev/shm identity (<boot_id>:<st_dev>; "" when not advertised): tensors go
+    # through /dev/shm under --multimodal-tensor-transport auto when it equals the gateway's.
+    shm_namespace_id: str = ""
 
     @property
     def takes_media_refs(self) -> bool:
@@ -179,6 +182,7 @@ class Worker:
             sampling_defaults=json.loads(defaults) if defaults else {},
             mm_item_limits=parse_item_limits(server.mm_item_limits),
             media_ref_schemes=parse_schemes(server.mm_processor, server.mm_media_ref_schemes),
+            shm_namespace_id=server.shm_namespace_id,
         )
         self.health.force(True)
         return self.facts

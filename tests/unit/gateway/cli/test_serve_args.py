@@ -32,3 +32,18 @@ def test_parser_flags_are_checked_at_start(flags, message, tmp_path, capsys):
     assert message in error
     if "unknown" in message:
         assert "qwen3" in error  # the known names are listed
+
+
+def test_tensor_transport_flags_are_smg_s(tmp_path, capsys):
+    from gateway.cli.serve import build_parser
+
+    base = ["--model", str(tmp_path), "--worker", "grpc://127.0.0.1:1"]
+    args = build_parser().parse_args(base)
+    assert (args.multimodal_tensor_transport, args.multimodal_shm_min_bytes) == ("auto", 1 << 20)
+    args = build_parser().parse_args(
+        [*base, "--multimodal-tensor-transport", "inline", "--multimodal-shm-min-bytes", "65536"]
+    )
+    assert (args.multimodal_tensor_transport, args.multimodal_shm_min_bytes) == ("inline", 65536)
+    with pytest.raises(SystemExit):  # SMG's rdma lane is not ours
+        build_parser().parse_args([*base, "--multimodal-tensor-transport", "rdma"])
+    assert "invalid choice: 'rdma'" in capsys.readouterr().err
