@@ -234,7 +234,7 @@ def test_media_past_the_message_limit_are_a_400_naming_the_size(builder, tmp_pat
     ],
 )
 def test_media_io_kwargs_are_the_video_sampling(given, sampling):
-    from gateway.render.prompt import video_sampling
+    from gateway.render.video_options import video_sampling
     from multimodal.processors.base import VideoSampling
 
     assert video_sampling(given) == VideoSampling(**sampling)
@@ -253,7 +253,7 @@ def test_media_io_kwargs_are_the_video_sampling(given, sampling):
 )
 def test_media_io_kwargs_the_gateway_does_not_reproduce_are_a_400(given, says):
     from gateway.errors import GatewayError
-    from gateway.render.prompt import video_sampling
+    from gateway.render.video_options import video_sampling
 
     with pytest.raises(GatewayError, match=says) as refused:
         video_sampling(given)
