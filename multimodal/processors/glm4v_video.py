@@ -47,7 +47,7 @@ from multimodal.processors.base import (
     VideoSampling,
 )
 from multimodal.processors.options import OptionError
-from multimodal.processors.qwen_vl import MAX_ASPECT_RATIO
+from multimodal.processors.qwen_vl import video_smart_resize as shared_video_smart_resize
 from multimodal.processors.transforms import (
     CLIP_MEAN,
     CLIP_STD,
@@ -281,31 +281,13 @@ def video_smart_resize(
     min_pixels: int,
     max_pixels: int,
 ) -> tuple[int, int]:
-    """transformers' glm4v video smart_resize, to the operation: a side under `factor` scaled
-    up first; the bounds hold for round(frames / temporal) * temporal frames (banker's
-    rounding), the shrink or growth is by `frames` itself."""
+    """transformers' glm4v video smart_resize (Qwen3-VL's operations, `qwen_vl`'s
+    `video_smart_resize`), with its refusal of fewer frames than the temporal patch."""
     if frames < temporal:
         raise OptionError(f"t:{frames} must be larger than temporal_factor:{temporal}")
-    if height < factor or width < factor:
-        scale = max(factor / height, factor / width)
-        height, width = int(height * scale), int(width * scale)
-    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise OptionError(
-            f"video aspect ratio {max(height, width) / min(height, width):.0f} exceeds "
-            f"{MAX_ASPECT_RATIO}"
-        )
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    t_bar = round(frames / temporal) * temporal
-    if t_bar * h_bar * w_bar > max_pixels:
-        beta = math.sqrt((frames * height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif t_bar * h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (frames * height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return shared_video_smart_resize(
+        frames, height, width, temporal, factor, min_pixels, max_pixels
+    )
 
 
 def _sample(

@@ -36,7 +36,7 @@ from multimodal.processors.base import (
     VideoSampling,
 )
 from multimodal.processors.options import OptionError
-from multimodal.processors.qwen_vl import MAX_ASPECT_RATIO
+from multimodal.processors.qwen_vl import video_smart_resize as shared_video_smart_resize
 from multimodal.processors.transforms import (
     RESAMPLE,
     channel_triple,
@@ -100,26 +100,9 @@ def video_smart_resize(
             f"{temporal_factor}",
             kind="video",
         )
-    if height < factor or width < factor:
-        scale = max(factor / height, factor / width)
-        height, width = int(height * scale), int(width * scale)
-    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise OptionError(
-            f"video aspect ratio {max(height, width) / min(height, width):.0f} exceeds "
-            f"{MAX_ASPECT_RATIO}"
-        )
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    t_bar = round(num_frames / temporal_factor) * temporal_factor
-    if t_bar * h_bar * w_bar > max_pixels:
-        beta = math.sqrt((num_frames * height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif t_bar * h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (num_frames * height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return shared_video_smart_resize(
+        num_frames, height, width, temporal_factor, factor, min_pixels, max_pixels
+    )
 
 
 def timestamps(indices: Sequence[int], fps: float, temporal: int) -> list[float]:

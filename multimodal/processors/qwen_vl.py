@@ -92,6 +92,41 @@ def smart_resize(
     return h_bar, w_bar
 
 
+def video_smart_resize(
+    frames: int,
+    height: int,
+    width: int,
+    temporal: int,
+    factor: int,
+    min_pixels: int,
+    max_pixels: int,
+) -> tuple[int, int]:
+    """transformers' video smart_resize of Qwen3-VL and GLM-4.1V (the same operations in
+    both): a side under `factor` scaled up first (int()); the pixel bounds hold for
+    round(frames / temporal) * temporal frames (Python's banker's round), the shrink or
+    growth is by `frames` itself. Callers refuse fewer frames than `temporal` first."""
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise OptionError(
+            f"video aspect ratio {max(height, width) / min(height, width):.0f} exceeds "
+            f"{MAX_ASPECT_RATIO}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(frames / temporal) * temporal
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
 class QwenVLProcessor(ItemProcessor):
     family = "qwen_vl"
     title = "Qwen-VL"
