@@ -138,14 +138,22 @@ def short_placeholder_request(model: Path, worker: WorkerProcess, image: Any) ->
     processor = processors.get("image")
     loaded = decode_source(data_uri(image), None, MediaPolicy())
     prepared = prepare([(processor, [loaded])], rendered.token_ids, {}, encoding)
+    return shortened_request(prepared, processor.anchor_token_id, "short-placeholder")
+
+
+def shortened_request(prepared: Any, anchor_token_id: int, request_id: str) -> Any:
+    """A GenerateRequest of `prepared`'s one item with one embedding token taken out of its
+    placeholder (the ids and the range both one shorter)."""
+    from protos import vllm_engine_pb2 as pb
+
     (mm,) = prepared.mm_inputs
     ids = list(prepared.prompt_ids)
-    embed = mm.im_token_id if mm.HasField("im_token_id") else processor.anchor_token_id
+    embed = mm.im_token_id if mm.HasField("im_token_id") else anchor_token_id
     placeholder = mm.mm_placeholders[0]
     del ids[ids.index(embed, placeholder.offset)]
     placeholder.length -= 1
     return pb.GenerateRequest(
-        request_id="short-placeholder",
+        request_id=request_id,
         tokenized=pb.TokenizedInput(input_ids=ids),
         mm_inputs=mm,
         sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=2),

@@ -100,6 +100,7 @@ def short_video_request(model: Path, worker, uri: str):
     from multimodal.pipeline import PixelEncoding, decode_items, prepare
     from multimodal.registry import processors_for
     from protos import vllm_engine_pb2 as pb
+    from tests.support.family_e2e import shortened_request
 
     files = ModelFiles.load(model)
     processors = processors_for(files)
@@ -110,18 +111,7 @@ def short_video_request(model: Path, worker, uri: str):
     processor = processors.get("video")
     items = decode_items(processor, [uri], [None], processor.defaults, MediaPolicy())
     prepared = prepare([(processor, items)], rendered.token_ids, {}, encoding)
-    (mm,) = prepared.mm_inputs
-    ids = list(prepared.prompt_ids)
-    embed = mm.im_token_id if mm.HasField("im_token_id") else processor.anchor_token_id
-    placeholder = mm.mm_placeholders[0]
-    del ids[ids.index(embed, placeholder.offset)]
-    placeholder.length -= 1
-    return pb.GenerateRequest(
-        request_id="short-video-placeholder",
-        tokenized=pb.TokenizedInput(input_ids=ids),
-        mm_inputs=mm,
-        sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=2),
-    )
+    return shortened_request(prepared, processor.anchor_token_id, "short-video-placeholder")
 
 
 def assert_short_video_refused(model: Path, worker, uri: str) -> None:
@@ -138,3 +128,12 @@ def assert_short_video_refused(model: Path, worker, uri: str) -> None:
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
     assert "video item 0 has" in refused.value.details()
     assert worker.stub().HealthCheck(pb.HealthCheckRequest(), timeout=10).healthy
+
+
+def processed_here(base_url: str) -> float:
+    """How many requests' media the gateway preprocessed itself (the "process" stage)."""
+    metrics = httpx.get(f"{base_url}/metrics", timeout=10).text
+    prefix = 'mmgate_preprocess_duration_seconds_count{stage="process"} '
+    return sum(
+        float(line[len(prefix) :]) for line in metrics.splitlines() if line.startswith(prefix)
+    )

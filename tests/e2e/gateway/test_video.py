@@ -27,6 +27,7 @@ from tests.support.video_e2e import (
     image,
     jpeg_frames,
     make_clip,
+    processed_here,
     text,
     video,
 )
@@ -113,15 +114,6 @@ def test_a_video_equals_vllm_s_server(case, path, clips, engines, gateways, visi
 
 def error_of(reply: httpx.Response) -> str:
     return reply.json()["error"]["message"]
-
-
-def processed_here(base_url: str) -> float:
-    """How many requests' media the gateway preprocessed itself (the "process" stage)."""
-    metrics = httpx.get(f"{base_url}/metrics", timeout=10).text
-    prefix = 'mmgate_preprocess_duration_seconds_count{stage="process"} '
-    return sum(
-        float(line[len(prefix) :]) for line in metrics.splitlines() if line.startswith(prefix)
-    )
 
 
 @pytest.mark.parametrize("path", PATHS)

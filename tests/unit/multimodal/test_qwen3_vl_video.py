@@ -27,8 +27,8 @@ from multimodal.processors.qwen3_vl_video import (
 )
 from multimodal.registry import processors_for
 from multimodal.video import load_video
-from tests.e2e.gateway.test_video import data_uri, jpeg_frames, make_clip
 from tests.support import qwen3_vl_models, qwen35_models
+from tests.support.video_e2e import data_uri, jpeg_frames, make_clip
 from tests.support.vllm_video import vllm_video_inputs
 
 # name: (frames, (width, height), fps, container)
