@@ -11,7 +11,9 @@ parser outputs against transformers or vLLM) run whole in the full suite and as 
 in the fast loop: of a test function with more than SAMPLE_ABOVE cases, about one in
 SAMPLE_EVERY (the first always, the others chosen by a hash of their id, so the same ones every
 run and spread over the parameters) stays fast; the rest are marked `slow` and `reference`.
-`pytest -m reference` runs just what the loop leaves out.
+A test function marked `sampled` is sampled so whatever its count (comparisons that each ask
+vLLM's own processor for a reference, a second or so a case). `pytest -m reference` runs just
+what the loop leaves out.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif isinstance(item, pytest.Function) and hasattr(item, "callspec"):
             cases[item.path, item.originalname].append(item)
     for parametrized in cases.values():
-        if len(parametrized) > SAMPLE_ABOVE:
+        if len(parametrized) > SAMPLE_ABOVE or parametrized[0].get_closest_marker("sampled"):
             for item in parametrized[1:]:
                 if zlib.crc32(item.nodeid.encode()) % SAMPLE_EVERY:
                     item.add_marker(pytest.mark.reference)

@@ -132,6 +132,7 @@ def test_one_video_a_prompt_as_vllm_takes(model, clips):
         gateway_video_inputs(model, two, raw_pixels=True)
 
 
+@pytest.mark.sampled  # each case asks vLLM's processor: a sample in the fast loop
 @pytest.mark.parametrize("media_io", [{"fps": 1}, {"fps": 4, "num_frames": 3}, {"fps": 0.5}])
 def test_a_request_s_sampling_equals_vllm_s(model, clips, media_io):
     """media_io_kwargs.video.fps: the dynamic loader's rate (num_frames it ignores)."""

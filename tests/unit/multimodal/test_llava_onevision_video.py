@@ -47,6 +47,7 @@ def clips(tmp_path_factory) -> list[str]:
     ]
 
 
+@pytest.mark.sampled  # each case asks vLLM's processor: a sample in the fast loop
 @pytest.mark.parametrize(
     ("case", "frames"),
     [([0], 10), ([1], 3), ([2], 32), ([0, 0], 10)],
@@ -104,6 +105,7 @@ def test_raw_pixels_are_the_resized_frames(model, clips):
     np.testing.assert_array_equal(normalized, (raw.astype(np.float32) - 127.5) / 127.5)
 
 
+@pytest.mark.sampled  # each case asks vLLM's processor: a sample in the fast loop
 @pytest.mark.parametrize(
     "media_io",
     [{"num_frames": 8}, {"fps": 2}, {"fps": 1, "num_frames": 4}],

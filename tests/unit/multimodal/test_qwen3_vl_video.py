@@ -266,6 +266,7 @@ def test_the_engine_takes_the_wire_as_vllms_items(case, which):
         assert placeholder.get_num_embeds() == replacement.count(video_token)
 
 
+@pytest.mark.sampled  # each case asks vLLM's processor: a sample in the fast loop
 @pytest.mark.parametrize("media_io", [{"fps": 1}, {"fps": 6}, {"fps": 3, "num_frames": 2}])
 def test_a_request_s_sampling_equals_vllms(model_dirs, clips, media_io):
     """media_io_kwargs.video.fps: the Qwen3 loader's rate (num_frames it ignores)."""

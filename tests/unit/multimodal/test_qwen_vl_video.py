@@ -61,6 +61,7 @@ def ours(model: Path, uris: list[str], raw: bool = True):
     return prepare([(video, items)], rendered.token_ids, {}, encoding), items
 
 
+@pytest.mark.sampled  # each case asks vLLM's processor: a sample in the fast loop
 @pytest.mark.parametrize("name", [*CLIPS, "frame-list"])
 def test_one_clip_equals_vllm(name, model, clips):
     from tests.support.vllm_video import vllm_video_inputs
@@ -88,6 +89,7 @@ def in_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
     return torch.from_numpy(values).to(getattr(torch, dtype)).float().numpy()
 
 
+@pytest.mark.sampled  # each case asks vLLM's processor: a sample in the fast loop
 def test_two_clips_in_one_prompt_equal_vllm(model, clips):
     from tests.support.vllm_video import vllm_video_inputs
 
@@ -99,6 +101,7 @@ def test_two_clips_in_one_prompt_equal_vllm(model, clips):
     assert np.array_equal(prepared.parts[0].processed.tensors["pixel_values"], pixels)
 
 
+@pytest.mark.sampled  # each case asks vLLM's processor: a sample in the fast loop
 def test_normalized_patches_equal_transformers(model, clips):
     """For engines that take floats: transformers' own video processor on the same frames."""
     import torch
@@ -115,6 +118,7 @@ def test_normalized_patches_equal_transformers(model, clips):
     assert np.abs(got - want).max() <= 1e-6
 
 
+@pytest.mark.sampled  # each case asks vLLM's processor: a sample in the fast loop
 @pytest.mark.parametrize(
     ("name", "media_io"),
     [
