@@ -79,17 +79,7 @@ def smart_resize(
             f"image aspect ratio {max(height, width) / min(height, width):.0f} exceeds "
             f"{MAX_ASPECT_RATIO}"
         )
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if frames * h_bar * w_bar > max_pixels:
-        beta = math.sqrt((frames * height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif frames * h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (frames * height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+    return _fit(height, width, factor, min_pixels, max_pixels, frames, frames)
 
 
 def video_smart_resize(
@@ -113,14 +103,29 @@ def video_smart_resize(
             f"video aspect ratio {max(height, width) / min(height, width):.0f} exceeds "
             f"{MAX_ASPECT_RATIO}"
         )
+    return _fit(
+        height, width, factor, min_pixels, max_pixels, round(frames / temporal) * temporal, frames
+    )
+
+
+def _fit(
+    height: int,
+    width: int,
+    factor: int,
+    min_pixels: int,
+    max_pixels: int,
+    bound_frames: int,
+    frames: int,
+) -> tuple[int, int]:
+    """The rule every smart_resize shares: sides rounded to `factor`, then scaled down or up
+    when `bound_frames` x h x w leaves [min_pixels, max_pixels], by `frames` x h x w."""
     h_bar = round(height / factor) * factor
     w_bar = round(width / factor) * factor
-    t_bar = round(frames / temporal) * temporal
-    if t_bar * h_bar * w_bar > max_pixels:
+    if bound_frames * h_bar * w_bar > max_pixels:
         beta = math.sqrt((frames * height * width) / max_pixels)
         h_bar = max(factor, math.floor(height / beta / factor) * factor)
         w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif t_bar * h_bar * w_bar < min_pixels:
+    elif bound_frames * h_bar * w_bar < min_pixels:
         beta = math.sqrt(min_pixels / (frames * height * width))
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
