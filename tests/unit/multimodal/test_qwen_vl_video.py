@@ -130,18 +130,12 @@ def test_normalized_patches_equal_transformers(model, clips):
 def test_a_request_s_video_sampling_equals_vllm_s(name, media_io, model, clips):
     """media_io_kwargs.video as vLLM's loader takes it (here at the engine level, which a
     request's merge over an unset default equals)."""
-    from multimodal.media import MediaPolicy
-    from multimodal.pipeline import PixelEncoding, decode_items, prepare
-    from multimodal.processors.base import VideoSampling
+    from tests.support.gateway_video import gateway_video_inputs
     from tests.support.vllm_video import vllm_video_inputs
 
     want = vllm_video_inputs(model, [clips[name]], media_io_kwargs={"video": media_io})
-    default, _ = ours(model, [clips[name]])
-    _, rendered_ids = render(model, [clips[name]])
-    video = processors(model).get("video")
-    sampling = VideoSampling(**media_io)
-    items = decode_items(video, [clips[name]], [None], video.defaults, MediaPolicy(), sampling)
-    prepared = prepare([(video, items)], rendered_ids, {}, PixelEncoding(raw=True), sampling)
+    default = gateway_video_inputs(model, [clips[name]], True)
+    prepared = gateway_video_inputs(model, [clips[name]], True, media_io=media_io)
     assert prepared.prompt_ids == want["prompt_token_ids"] != default.prompt_ids
     tensors, (theirs,) = prepared.parts[0].processed.tensors, want["video"]
     assert np.array_equal(tensors["pixel_values"], theirs["pixel_values_videos"])
@@ -151,21 +145,3 @@ def test_a_request_s_video_sampling_equals_vllm_s(name, media_io, model, clips):
             == (theirs["second_per_grid_ts"])
         )
     assert prepared.parts[0].hashes != default.parts[0].hashes  # other frames, other key
-
-
-def processors(model: Path):
-    from gateway.render.model_files import ModelFiles
-    from multimodal.registry import processors_for
-
-    return processors_for(ModelFiles.load(model))
-
-
-def render(model: Path, uris: list[str]):
-    from gateway.render.model_files import ModelFiles
-    from gateway.render.renderer import ChatRenderer
-
-    files = ModelFiles.load(model)
-    parts = [{"type": "video_url", "video_url": {"url": u}} for u in uris]
-    messages = [{"role": "user", "content": [*parts, {"type": "text", "text": "Describe."}]}]
-    rendered = ChatRenderer(files, processors(model).placeholders).render(messages)
-    return rendered, rendered.token_ids
