@@ -33,6 +33,9 @@ from gateway.workers.pool import WorkerPool
 from gateway.workers.worker import Worker, WorkerFacts
 from protos import vllm_engine_pb2 as pb
 
+# A stream chunk's choices and usage (None: the chunk carries none), as chat writes them.
+Chunk = tuple[list[dict], "dict | None"]
+
 
 class ChatService:
     def __init__(
@@ -66,6 +69,15 @@ class ChatService:
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         with tracing.span("mmgate.render"):
             request = parse_body(ChatCompletionRequest, body)
+        run = await self.start(request)
+        if request.stream:
+            return sse.event_stream(run.sse())
+        return JSONResponse(await run.complete())
+
+    async def start(self, request: ChatCompletionRequest) -> ChatRun:
+        """Render, preprocess and send a parsed request to a worker; the run reads its reply
+        (chat completions format it; the Messages and Responses APIs convert it)."""
+        with tracing.span("mmgate.render"):
             check_model(request.model, self.model_name)
             if request.tool_choice == "none" and self.parsing.exclude_tools_when_tool_choice_none:
                 request.tools = None
@@ -103,10 +115,7 @@ class ChatService:
             kv_transfer_params_json=kv_transfer.to_engine(request.kv_transfer_params),
         )
         # The pixels go out as fields appended to the serialized request, never copied into it.
-        run = _Run(self, request, worker, generate, prompt, by_worker, parsing)
-        if request.stream:
-            return sse.event_stream(run.sse())
-        return JSONResponse(await run.complete())
+        return ChatRun(self, request, worker, generate, prompt, by_worker, parsing)
 
 
 def check_items(prompt: Prompt, facts: WorkerFacts) -> None:
@@ -154,8 +163,8 @@ def _truncated(keep: int | None, prompt: Prompt, max_model_len: int) -> list[int
     return ids
 
 
-class _Run:
-    """One request's exchange with its worker, rendered as OpenAI JSON or SSE."""
+class ChatRun:
+    """One request's exchange with its worker, read as OpenAI JSON or SSE chunks."""
 
     def __init__(
         self,
@@ -270,34 +279,42 @@ class _Run:
         return parser.reasoning_tokens(texts, self.service.vocab.special_tokens)
 
     async def sse(self) -> AsyncIterator[str]:
+        async for batch in self._chunk_batches():
+            # What arrived together is written together (fewer, larger writes under load).
+            yield "".join(self._event(choices, usage) for choices, usage in batch)
+
+    async def chunks(self) -> AsyncIterator[Chunk]:
+        """The stream's chunks as (choices, usage), the dicts `sse` writes."""
+        async for batch in self._chunk_batches():
+            for chunk in batch:
+                yield chunk
+
+    async def _chunk_batches(self) -> AsyncIterator[list[Chunk]]:
         options = self.request.stream_options
         usage_at_end = bool(options and options.include_usage)
         continuous = bool(options and options.continuous_usage_stats)
         for choice in self.choices:
-            yield self._event(
-                [
-                    {
-                        "index": choice.index,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ]
-            )
+            first = {
+                "index": choice.index,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+            yield [([first], None)]
         async for batch in self.generation.batches():
-            events = [self._delta_event(c, done, continuous) for c, done in per_choice(batch)]
-            if text := "".join(e for e in events if e):
-                yield text
+            chunks = [self._delta_chunk(c, done, continuous) for c, done in per_choice(batch)]
+            if present := [c for c in chunks if c is not None]:
+                yield present
         if usage_at_end:
-            yield self._event([], self._usage(self.usage.as_dict()))
+            yield [([], self._usage(self.usage.as_dict()))]
 
-    def _delta_event(self, choice: Choice, finished: bool, continuous: bool) -> str:
+    def _delta_chunk(self, choice: Choice, finished: bool, continuous: bool) -> Chunk | None:
         delta, finish_reason = self._delta(choice, finished)
         logprobs = self._stream_logprobs(choice)
         if self._hides_reasoning:
             logprobs = []
         if not delta and not finished and not logprobs:
-            return ""
+            return None
         entry = {
             "index": choice.index,
             "delta": delta,
@@ -306,7 +323,7 @@ class _Run:
         }
         if finished:
             entry["stop_reason"] = choice.stop_reason
-        return self._event([entry], self._running_usage() if continuous else None)
+        return [entry], self._running_usage() if continuous else None
 
     def _delta(self, choice: Choice, finished: bool) -> tuple[dict, str | None]:
         parser = self.parsers[choice.index]

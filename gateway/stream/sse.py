@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -40,25 +40,44 @@ class ChunkWriter:
         return f"{self._head}{dumps(choices)}{tail}}}\n\n"
 
 
-async def _framed(events: AsyncIterator[str]) -> AsyncIterator[str]:
-    """`events`, then [DONE]. A failure ends the stream with an error event before [DONE]
-    (a bug too: the client gets a clean end, never a cut connection)."""
+# How a stream writes an error that ends it: OpenAI's body as a data line, by default.
+ErrorEvent = Callable[[str, int, "str | None"], str]
+
+
+def _openai_error(message: str, status: int, param: str | None) -> str:
+    return data(error_body(message, status, param))
+
+
+def named(event: str, body: Any) -> str:
+    """An SSE event with its type line, as the Responses and Messages APIs write them."""
+    return f"event: {event}\ndata: {dumps(body)}\n\n"
+
+
+async def _framed(
+    events: AsyncIterator[str], done: str | None = DONE, error: ErrorEvent = _openai_error
+) -> AsyncIterator[str]:
+    """`events`, then `done` ([DONE] for chat and completions, nothing for the Responses and
+    Messages APIs). A failure ends the stream with an error event before `done` (a bug too:
+    the client gets a clean end, never a cut connection)."""
     streaming, failure = tracing.start("mmgate.stream"), None
     try:
         async with aclosing(events) as stream:
             async for event in stream:
                 yield event
-    except MmgateError as error:
-        failure = error
-        yield data(error_body(error.message, error.status, error.param))
-    except Exception as error:
-        failure = error
+    except MmgateError as refused:
+        failure = refused
+        yield error(refused.message, refused.status, refused.param)
+    except Exception as bug:
+        failure = bug
         log.exception("a streamed response failed")
-        yield data(error_body("internal error while streaming", 500))
+        yield error("internal error while streaming", 500, None)
     finally:
         tracing.finish(streaming, failure)
-    yield DONE
+    if done is not None:
+        yield done
 
 
-def event_stream(events: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(_framed(events), media_type="text/event-stream")
+def event_stream(
+    events: AsyncIterator[str], done: str | None = DONE, error: ErrorEvent = _openai_error
+) -> StreamingResponse:
+    return StreamingResponse(_framed(events, done, error), media_type="text/event-stream")
