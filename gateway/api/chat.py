@@ -177,6 +177,7 @@ class ChatRun:
         parsing: ChatParsing | None,
     ) -> None:
         self.service, self.request, self.parsing = service, request, parsing
+        self.worker = worker  # the one first picked (its facts: the model's sampling defaults)
         self.generation = Generation(
             request,
             worker,
