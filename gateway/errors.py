@@ -35,7 +35,18 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class GatewayError(MmgateError):
-    """A refusal by the serving layer itself, with its own status (404, 429, 502, 503...)."""
+    """A refusal by the serving layer itself, with its own status (404, 429, 502, 503...);
+    `kind`: the body's error type where vLLM writes another than the status's own."""
+
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        param: str | None = None,
+        kind: str | None = None,
+    ) -> None:
+        super().__init__(message, status, param)
+        self.kind = kind
 
 
 class ChatRequestError(MmgateError):
@@ -54,19 +65,32 @@ class BundleError(MmgateError):
     status = 502
 
 
-def error_body(message: str, status: int, param: str | None = None) -> dict:
-    kind = "BadRequestError" if status < 500 else "InternalServerError"
+def error_body(
+    message: str, status: int, param: str | None = None, kind: str | None = None
+) -> dict:
+    return {
+        "error": {
+            "message": message,
+            "type": kind or _kind(status),
+            "param": param,
+            "code": status,
+        }
+    }
+
+
+def _kind(status: int) -> str:
     if status == 404:
-        kind = "NotFoundError"
-    elif status == 401:
-        kind = "AuthenticationError"
-    elif status in (429, 503):
-        kind = "ServiceUnavailableError"
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+        return "NotFoundError"
+    if status == 401:
+        return "AuthenticationError"
+    if status in (429, 503):
+        return "ServiceUnavailableError"
+    return "BadRequestError" if status < 500 else "InternalServerError"
 
 
 def error_response(error: MmgateError) -> JSONResponse:
-    return JSONResponse(error_body(error.message, error.status, error.param), error.status)
+    kind = getattr(error, "kind", None)
+    return JSONResponse(error_body(error.message, error.status, error.param, kind), error.status)
 
 
 _GRPC_STATUS = {

@@ -179,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     _parser_arguments(p)
     _pool_arguments(p)
     _limit_arguments(p)
+    _store_arguments(p)
     p.add_argument(
         "--otlp-traces-endpoint",
         metavar="URL",
@@ -320,6 +321,31 @@ def _limit_arguments(p: argparse.ArgumentParser) -> None:
         )
 
 
+def _store_arguments(p: argparse.ArgumentParser) -> None:
+    from gateway.api.responses.memory_store import StoreLimits
+
+    g = p.add_argument_group(
+        "Responses API store",
+        "Responses created with store=true (OpenAI's default) are kept in this process's "
+        "memory for GET /v1/responses/{id} and previous_response_id; past either bound the "
+        "least recently used go first. Each gateway replica has its own store: route a "
+        "conversation's requests to one replica (sticky sessions).",
+    )
+    d = StoreLimits()
+    g.add_argument(
+        "--responses-store-max-mib",
+        type=float,
+        default=d.max_bytes / MIB,
+        help="bytes held by stored responses, in MiB; 0 stores nothing (%(default)s)",
+    )
+    g.add_argument(
+        "--responses-store-max-age",
+        type=_positive_float,
+        default=d.max_age_seconds,
+        help="seconds a stored response is kept after its last write (%(default)s)",
+    )
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -337,6 +363,7 @@ def _positive_float(text: str) -> float:
 def main(argv: list[str]) -> int:
     import uvicorn
 
+    from gateway.api.responses.memory_store import StoreLimits
     from gateway.errors import MmgateError
     from gateway.observability.request_log import configure_logging
     from gateway.parsers.config import ParsingConfig
@@ -413,6 +440,10 @@ def main(argv: list[str]) -> int:
         admission=AdmissionConfig(args.max_in_flight, args.max_queue, args.queue_timeout),
         otlp_traces_endpoint=args.otlp_traces_endpoint,
         playground=args.playground,
+        responses_store=StoreLimits(
+            max_bytes=max(0, int(args.responses_store_max_mib * MIB)),
+            max_age_seconds=args.responses_store_max_age,
+        ),
         limits=RequestLimits(
             max_body_bytes=args.max_request_body_bytes,
             max_json_depth=args.max_json_depth,

@@ -121,6 +121,28 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.store_bytes = Gauge(
+            "mmgate_responses_store_bytes", "bytes of stored responses held", registry=r
+        )
+        self.store_entries = Gauge(
+            "mmgate_responses_store_entries", "stored responses held", registry=r
+        )
+        self.store_evictions = Counter(
+            "mmgate_responses_store_evictions",
+            "stored responses dropped by the store's bounds (size: pushed out by newer ones, "
+            "age: older than --responses-store-max-age, too_large: larger than the store)",
+            ["reason"],
+            registry=r,
+        )
+
+    def evicted(self, reason: str, count: int = 1) -> None:
+        """The response store's report (gateway.api.responses.memory_store.StoreObserver)."""
+        self.store_evictions.labels(reason).inc(count)
+
+    def sized(self, entries: int, total_bytes: int) -> None:
+        self.store_entries.set(entries)
+        self.store_bytes.set(total_bytes)
+
     def watch(self, collector: Collector) -> None:
         self.registry.register(collector)
 

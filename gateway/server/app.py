@@ -25,6 +25,9 @@ from gateway.api.chat import ChatService
 from gateway.api.completions import CompletionService
 from gateway.api.embeddings import EmbeddingService
 from gateway.api.preprocess import PreprocessService
+from gateway.api.responses.background import BackgroundRuns
+from gateway.api.responses.memory_store import InMemoryResponseStore
+from gateway.api.responses.retrieval import StoredResponses
 from gateway.api.tokenize import TokenizeService
 from gateway.errors import MmgateError, error_response
 from gateway.observability.metrics import GatewayMetrics
@@ -91,6 +94,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
             log.warning("no worker answered yet (%s): answering 503 until one does", urls)
         waiting = asyncio.create_task(_build_when_known(app, config, pool, http, metrics))
         yield
+        await app.state.background.close()
         waiting.cancel()
         with suppress(asyncio.CancelledError):
             await waiting
@@ -101,6 +105,10 @@ def create_app(config: GatewayConfig) -> ASGIApp:
 
     app.state.model_name, app.state.model_root = model_name, str(config.model)
     app.state.limits, app.state.metrics = config.limits, metrics
+    # The response store outlives the services (rebuilt when the model's files change).
+    app.state.response_store = InMemoryResponseStore(config.responses_store, metrics)
+    app.state.background = BackgroundRuns()
+    app.state.stored_responses = StoredResponses(app.state.response_store, app.state.background)
     _exception_handlers(app)
     install_routes(app)
     if config.playground:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.api.responses.memory_store import StoreLimits
 from gateway.parsers.config import ParsingConfig
 from gateway.render.worker_media import MmProcessing
 from gateway.server.limits import RequestLimits
@@ -57,3 +58,4 @@ class GatewayConfig:
     limits: RequestLimits = field(default_factory=RequestLimits)
     otlp_traces_endpoint: str | None = None  # an OpenTelemetry collector (observability/)
     playground: bool = True  # the web page at / and /playground (gateway.playground)
+    responses_store: StoreLimits = field(default_factory=StoreLimits)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Collection
 
@@ -24,18 +25,40 @@ from gateway.workers.pool import lease_scope
 access_log = logging.getLogger("mmgate.access")
 
 
+class RouteNames:
+    """A request path's route as metrics and traces name it: the route's path, with its
+    parameters as written in the table (`/v1/responses/{response_id}`), or "other"; never the
+    path itself (ids would make a label per request)."""
+
+    def __init__(self, routes: Collection[str]) -> None:
+        self.fixed = frozenset(r for r in routes if "{" not in r)
+        self.patterns = [
+            (re.compile(re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(r)) + "$"), r)
+            for r in routes
+            if "{" in r
+        ]
+
+    def __call__(self, path: str) -> str:
+        if path in self.fixed:
+            return path
+        for pattern, route in self.patterns:
+            if pattern.match(path):
+                return route
+        return "other"
+
+
 class RequestMiddleware:
     """Binds the request id, echoes it in `X-Request-Id`, logs and counts every request."""
 
     def __init__(self, app: ASGIApp, metrics: GatewayMetrics, routes: Collection[str]) -> None:
-        self.app, self.metrics, self.routes = app, metrics, frozenset(routes)
+        self.app, self.metrics, self.route = app, metrics, RouteNames(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         token = bind_request_id(_header(scope, b"x-request-id"))
-        route = scope["path"] if scope["path"] in self.routes else "other"
+        route = self.route(scope["path"])
         status = 500
         started = time.perf_counter()
         self.metrics.in_flight.labels(route).inc()
@@ -162,14 +185,14 @@ class TracingMiddleware:
     """The HTTP server span of every request, continuing the client's `traceparent`."""
 
     def __init__(self, app: ASGIApp, routes: Collection[str]) -> None:
-        self.app, self.routes = app, frozenset(routes)
+        self.app, self.route = app, RouteNames(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not tracing.enabled() or scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        route = scope["path"] if scope["path"] in self.routes else "other"
+        route = self.route(scope["path"])
         with tracing.server_span(scope["method"], route, headers) as server_span:
 
             async def send_status(message: Message) -> None:

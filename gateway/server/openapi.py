@@ -41,9 +41,21 @@ def _stub(route: Route) -> Any:
         raise NotImplementedError
 
     parameters = []
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     if route.body is not None:
-        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
         parameters.append(inspect.Parameter("body", kind, annotation=route.body))
+    if route.params is not None:
+        # FastAPI reads a name in the path as a path parameter, any other as a query one.
+        for name, field in route.params.model_fields.items():
+            default = inspect.Parameter.empty if field.is_required() else field.default
+            parameters.append(
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=default,
+                    annotation=field.annotation,
+                )
+            )
     returns = route.response or (str if route.text else dict)
     stub.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
     stub.__name__ = f"{route.method.lower()}_{route.path.strip('/').replace('/', '_')}"

@@ -29,7 +29,12 @@ from gateway.api.protocol import (
     TokenizeChatRequest,
     TokenizeCompletionRequest,
 )
-from gateway.errors import GatewayError, error_body
+from gateway.api.responses.retrieval import (
+    InputItemsParams,
+    ResponseRef,
+    RetrieveParams,
+)
+from gateway.errors import GatewayError, error_body, parse_body
 from gateway.observability.metrics import CONTENT_TYPE
 from gateway.server import admin
 from gateway.server.hot_routes import Handler, request_json
@@ -58,6 +63,9 @@ class Route:
     # Served by HotRoutes, inside the middleware but before FastAPI's router, and counted by
     # admission: the generation routes, where FastAPI's ~50 us a request would show.
     hot: bool = False
+    # The model of the path and query parameters of a route without a body, given to `serve`
+    # in the body's place (`/v1/responses/{response_id}`: response_id, and ?stream=...).
+    params: Any = None
 
 
 def services(state: State) -> Any:
@@ -156,6 +164,34 @@ ROUTES: tuple[Route, ...] = (
         "would, without generating: per image the processor family, decoded size, grid or tile "
         "counts, placeholder tokens and tensors. A bad image is a 400 naming it, as in chat.",
     ),
+    Route(
+        "GET",
+        "/v1/responses/{response_id}",
+        lambda state, params: state.stored_responses.retrieve(params),
+        "A stored response (OpenAI Responses)",
+        params=RetrieveParams,
+    ),
+    Route(
+        "DELETE",
+        "/v1/responses/{response_id}",
+        lambda state, params: state.stored_responses.delete(params),
+        "Delete a stored response, stopping it if it runs in the background (OpenAI)",
+        params=ResponseRef,
+    ),
+    Route(
+        "GET",
+        "/v1/responses/{response_id}/input_items",
+        lambda state, params: state.stored_responses.input_items(params),
+        "The input items of a stored response, a page at a time (OpenAI)",
+        params=InputItemsParams,
+    ),
+    Route(
+        "POST",
+        "/v1/responses/{response_id}/cancel",
+        lambda state, params: state.stored_responses.cancel(params),
+        "Cancel a background response (OpenAI Responses)",
+        params=ResponseRef,
+    ),
     Route("GET", "/admin/workers", admin.list_workers, "The engine workers and their state"),
     Route(
         "POST",
@@ -198,6 +234,8 @@ def install(app: FastAPI, routes: tuple[Route, ...] = ROUTES) -> None:
 def _endpoint(route: Route) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         body = await request_json(request) if route.body is not None else None
+        if route.params is not None:
+            body = parse_body(route.params, {**request.query_params, **request.path_params})
         reply = await route.serve(request.app.state, body)
         return JSONResponse(reply, route.status) if isinstance(reply, dict) else reply
 
