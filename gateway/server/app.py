@@ -19,6 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
+from starlette.datastructures import State
 from starlette.types import ASGIApp
 
 from gateway.api.chat import ChatService
@@ -28,6 +29,7 @@ from gateway.api.preprocess import PreprocessService
 from gateway.api.responses.background import BackgroundRuns
 from gateway.api.responses.memory_store import InMemoryResponseStore
 from gateway.api.responses.retrieval import StoredResponses
+from gateway.api.responses.service import ResponsesService
 from gateway.api.tokenize import TokenizeService
 from gateway.errors import MmgateError, error_response
 from gateway.observability.metrics import GatewayMetrics
@@ -70,6 +72,7 @@ class Services:
     embeddings: EmbeddingService
     tokenize: TokenizeService
     preprocess: PreprocessService
+    responses: ResponsesService
 
 
 def create_app(config: GatewayConfig) -> ASGIApp:
@@ -88,7 +91,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
         await pool.start()
         metrics.watch(pool.collector())
         if pool.model is not None:
-            app.state.services = await _build(config, pool, pool.model, http, metrics)
+            app.state.services = await _build(config, pool, pool.model, http, metrics, app.state)
         else:
             urls = ", ".join([*pool.workers, *config.worker_dns])
             log.warning("no worker answered yet (%s): answering 503 until one does", urls)
@@ -131,7 +134,7 @@ async def _build_when_known(
     while app.state.services is None:
         await pool.model_known.wait()
         try:
-            app.state.services = await _build(config, pool, pool.model, http, metrics)
+            app.state.services = await _build(config, pool, pool.model, http, metrics, app.state)
         except Exception:  # noqa: BLE001 - logged; the gateway keeps answering 503 meanwhile
             log.exception("the model's files could not be loaded; trying again")
             await asyncio.sleep(RETRY_BUILD_SECONDS)
@@ -139,10 +142,17 @@ async def _build_when_known(
 
 
 async def _build(
-    config: GatewayConfig, pool: WorkerPool, facts: WorkerFacts, http, metrics: GatewayMetrics
+    config: GatewayConfig,
+    pool: WorkerPool,
+    facts: WorkerFacts,
+    http,
+    metrics: GatewayMetrics,
+    state: State,
 ) -> Services:
+    """`state`: the app's, holding what outlives the services (the response store and the
+    background runs)."""
     model_dir = await _model_dir(config.model, pool)
-    return _services(config, model_dir, pool, facts, http, metrics)
+    return _services(config, model_dir, pool, facts, http, metrics, state)
 
 
 async def _model_dir(model: Path, pool: WorkerPool) -> Path:
@@ -152,7 +162,9 @@ async def _model_dir(model: Path, pool: WorkerPool) -> Path:
     return unpack_bundle(*await pool.tokenizer_bundle())
 
 
-def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics) -> Services:
+def _services(
+    config: GatewayConfig, model_dir: Path, pool, facts, http, metrics, state: State
+) -> Services:
     files = ModelFiles.load(model_dir)
     processors = processors_for(files)
     placeholders = processors.placeholders
@@ -181,12 +193,14 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)
     parsing = config.parsing.for_model(files.config.get("model_type"))
+    chat = ChatService(name, files, prompts, pool, metrics, token_texts, parsing)
     return Services(
-        chat=ChatService(name, files, prompts, pool, metrics, token_texts, parsing),
+        chat=chat,
         completions=CompletionService(name, files, pool, metrics, token_texts),
         embeddings=EmbeddingService(name, files.tokenizer, pool),
         tokenize=TokenizeService(name, files, prompts, facts.max_context_length),
         preprocess=PreprocessService(name, prompts, facts),
+        responses=ResponsesService(chat, state.response_store, state.background),
     )
 
 

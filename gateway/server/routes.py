@@ -29,6 +29,7 @@ from gateway.api.protocol import (
     TokenizeChatRequest,
     TokenizeCompletionRequest,
 )
+from gateway.api.responses.protocol import ResponsesRequest
 from gateway.api.responses.retrieval import (
     InputItemsParams,
     ResponseRef,
@@ -163,6 +164,14 @@ ROUTES: tuple[Route, ...] = (
         "`chat_template_kwargs`, ...) and preprocesses its images as /v1/chat/completions "
         "would, without generating: per image the processor family, decoded size, grid or tile "
         "counts, placeholder tokens and tensors. A bad image is a 400 naming it, as in chat.",
+    ),
+    Route(
+        "POST",
+        "/v1/responses",
+        lambda state, body: services(state).responses.create(body),
+        "Create a response (OpenAI Responses)",
+        ResponsesRequest,
+        hot=True,
     ),
     Route(
         "GET",

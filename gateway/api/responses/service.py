@@ -83,7 +83,12 @@ class ResponsesService:
             return []
         previous = await self.store.get(previous_id) if self.store is not None else None
         if previous is None:
-            raise GatewayError(f"Response with id '{previous_id}' not found.", 404, "response_id")
+            raise GatewayError(
+                f"Response with id '{previous_id}' not found.",
+                404,
+                "response_id",
+                kind="invalid_request_error",
+            )
         return [*previous.messages, *items.to_messages(previous.response["output"])]
 
 
