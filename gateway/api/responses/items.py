@@ -167,16 +167,22 @@ def _reasoning(i: int, item: dict[str, Any]) -> str:
     if item.get("encrypted_content"):
         raise _bad("Encrypted content is not supported.")
     content, summary = item.get("content"), item.get("summary")
-    if not isinstance(summary, list):
-        raise _bad(f"input[{i}]: a reasoning item needs a summary list")
+    # What vLLM's ResponseReasoningItem takes; anything else it cannot read as reasoning.
+    valid = isinstance(summary, list) and _typed_texts(summary, "summary_text")
+    if not valid or (content is not None and not _typed_texts(content, "reasoning_text")):
+        raise _bad("Unsupported input item type: reasoning")
     # vLLM reads the first content part, else the first summary part.
     for parts in (content, summary):
-        if isinstance(parts, list) and parts:
-            text = parts[0].get("text") if isinstance(parts[0], dict) else None
-            if not isinstance(text, str):
-                raise _bad(f"input[{i}]: a reasoning part needs text")
-            return text
+        if parts:
+            return parts[0]["text"]
     return ""
+
+
+def _typed_texts(parts: Any, kind: str) -> bool:
+    return isinstance(parts, list) and all(
+        isinstance(p, dict) and p.get("type") == kind and isinstance(p.get("text"), str)
+        for p in parts
+    )
 
 
 def _bad(message: str) -> GatewayError:
