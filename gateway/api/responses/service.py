@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -28,7 +28,7 @@ from gateway.api.responses.events import StreamEvents
 from gateway.api.responses.protocol import ResponsesRequest
 from gateway.api.responses.store import ResponseStore, StoredResponse
 from gateway.api.sampling import OPENAI_DEFAULTS
-from gateway.errors import GatewayError, parse_body
+from gateway.errors import GatewayError, MmgateError, parse_body
 from gateway.observability import tracing
 from gateway.stream import sse
 
@@ -59,17 +59,12 @@ class ResponsesService:
             if request.background:
                 raise GatewayError(NO_STORE_BACKGROUND, 400, "background")
             request.store = False
-        if request.background and request.stream:
-            raise GatewayError(
-                "background responses are not streamed by this gateway: poll "
-                "GET /v1/responses/{id} instead",
-                400,
-                "stream",
-            )
         history = await self._history(request.previous_response_id)
         messages = items.input_messages(request.instructions, request.input, history)
         run = await self.chat.start(to_chat_request(request, messages))
         turn = _Turn(self, request, run, messages)
+        if request.background and request.stream:
+            return await turn.streamed_in_background()
         if request.background:
             return JSONResponse(await turn.in_background())
         if request.stream:
@@ -288,17 +283,58 @@ class _Turn:
         yield [*closing, *events.completed(response)]
 
     async def in_background(self) -> dict:
-        """Store the response as queued, run it in a task, return the queued response. A
-        cancelled run is stored as cancelled (the cancel route reads it back)."""
+        """Store the response as queued, run it in a task, return the queued response."""
         queued = self._response([], "queued", None)
         await self._save(queued)
-        self.service.background.start(self.request.request_id, self._run_in_background())
+        self.service.background.start(self.request.request_id, self._in_background(self.whole))
         return queued
 
-    async def _run_in_background(self) -> None:
+    async def streamed_in_background(self) -> StreamingResponse:
+        """Store the response as queued and stream it from a task: the client reads the
+        events as they come, and the run goes on (and is stored) if the client leaves."""
+        await self._save(self._response([], "queued", None))
+        events = StreamEvents()
+        error = _error_event(events)
+        written: list[str] = []
+        more = asyncio.Event()
+        ended = False
+
+        async def produce() -> None:
+            nonlocal ended
+            try:
+                async for batch in self._events(events):
+                    written.append("".join(sse.named(e["type"], e) for e in batch))
+                    more.set()
+            except MmgateError as refused:
+                written.append(error(refused.message, refused.status, refused.param))
+                raise
+            except Exception:
+                written.append(error("internal error while streaming", 500, None))
+                raise
+            finally:
+                ended = True
+                more.set()
+
+        async def follow() -> AsyncIterator[str]:
+            sent = 0
+            while True:
+                more.clear()
+                while sent < len(written):
+                    yield written[sent]
+                    sent += 1
+                if ended:
+                    return
+                await more.wait()
+
+        self.service.background.start(self.request.request_id, self._in_background(produce))
+        return sse.event_stream(follow(), done=None, error=error)
+
+    async def _in_background(self, work: Callable[[], Awaitable[Any]]) -> None:
+        """`work` (which stores the response when done), the response stored as in progress
+        before and as cancelled (the cancel route reads it back) or failed if it ends so."""
         try:
             await self._save(self._response([], "in_progress", None))
-            await self.whole()
+            await work()
         except asyncio.CancelledError:
             await self._save(self._response([], "cancelled", None))
             raise

@@ -346,3 +346,16 @@ def test_image_input_equals_vllm(vision_stack):
     assert seen[1] == seen[0]
     assert seen[0]["usage"]["input_tokens"] > 20  # the image's placeholders counted
     assert json.dumps(seen[0]["output"])  # a message item, text or not
+
+
+def test_background_stream_equals_vllm(clients):
+    """background=true with stream=true streams the run's events as a foreground stream
+    does; the run is stored completed."""
+    seen = []
+    for side in clients:
+        client, _ = side
+        events, final = streamed(side, background=True, **CASES["reasoning_and_text"])
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        assert client.responses.retrieve(final.id).status == "completed"
+        seen.append((masked(joined(events)), whole(final)))
+    assert seen[1] == seen[0]

@@ -128,6 +128,12 @@ class FakeRun:
         self.generation = SimpleNamespace(generate=SimpleNamespace(sampling_params=params))
         self.choices = [SimpleNamespace(finish_reason="stop")]
 
+    async def chunks(self) -> Any:
+        await asyncio.sleep(self.delay)
+        entry = {"index": 0, "delta": {"content": self.message["content"]}, "logprobs": None}
+        yield [entry], None
+        yield [], {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
     async def complete(self) -> dict:
         await asyncio.sleep(self.delay)
         usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
@@ -230,5 +236,26 @@ def test_background_runs_are_queued_then_completed_or_cancelled():
         assert store.kept[queued["id"]].response["status"] == "in_progress"
         assert await runs.cancel(queued["id"])
         assert store.kept[queued["id"]].response["status"] == "cancelled"
+
+    asyncio.run(go())
+
+
+def test_a_streamed_background_run_goes_on_when_the_client_leaves():
+    async def go() -> None:
+        store, runs = DictStore(), BackgroundRuns()
+        slow = FakeChat({"content": "a", "reasoning": None}, delay=0.2)
+        service = ResponsesService(slow, store, runs)
+        streamed = await service.create({"input": "Hi", "background": True, "stream": True})
+        stream = streamed.body_iterator
+        first = await anext(stream)
+        assert "event: response.created" in first
+        await stream.aclose()  # the client leaves
+        (response_id,) = store.kept
+        assert runs.running(response_id)
+        while runs.running(response_id):
+            await asyncio.sleep(0.01)
+        stored = store.kept[response_id].response
+        assert stored["status"] == "completed"
+        assert stored["output"][0]["content"][0]["text"] == "a"
 
     asyncio.run(go())
