@@ -2,13 +2,27 @@
 input items as chat messages through the chat template), runs on the chat path
 (`ChatService.start`), and its chat result becomes a Response or the Responses stream.
 
-Stored responses keep the chat messages of their turn, so a continuation
-(`previous_response_id`) replays every earlier item: the earlier messages, then the previous
-response's output items (reasoning, message text, function calls with their call ids) as
-messages, then the new input. vLLM replays only the previous output's message text (vLLM issue
-43244): a function_call_output answering a call vLLM dropped reaches the model without the
-call. This is the one deliberate difference a client can see (in the prompt, so in the reply
-and `usage.input_tokens`).
+Where a client sees mmgate differ from vLLM 0.32, deliberately:
+- A continuation (`previous_response_id`) replays every earlier item: the stored turn's
+  messages, then the previous response's output items (reasoning, message text, function
+  calls with their call ids) as messages, then the new input. vLLM replays only the previous
+  output's message text (vLLM issue 43244), so a function_call_output answers a call its
+  prompt no longer holds. The prompt, and so the reply and `usage.input_tokens`, differ.
+- `store` is honoured (OpenAI's default, true) in a store bounded in bytes and age; vLLM
+  stores only with VLLM_ENABLE_RESPONSES_API_STORE=1, unbounded, and otherwise ignores it.
+- A background run is stored `queued`, then `in_progress` while it generates, then
+  `completed` / `incomplete` / `cancelled` / `failed`; vLLM's non-streamed background run
+  stays `queued` until it ends.
+- Only function tools: OpenAI's hosted tools (web search, file search, MCP, ...), custom and
+  namespace tools are a 400 naming `tools`, where vLLM without a tool server drops them.
+- A streamed text delta carries the logprobs of the tokens that arrived with it from the
+  worker (several when they arrive together: the thought's last tokens or the EOS among
+  them); vLLM's carries one engine step's. Whole responses carry vLLM's logprobs exactly
+  (every generated token's, reasoning and EOS included, as vLLM).
+- `usage.input_tokens_details.cache_write_tokens` is 0 (not reported by the worker).
+Everything else a client reads (items, their order and shapes, texts, tool names and
+arguments, statuses, usage, the event sequence) is vLLM's; tests/e2e/gateway/apis/
+test_responses.py compares them with vLLM's server.
 """
 
 from __future__ import annotations

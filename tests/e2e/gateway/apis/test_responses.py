@@ -70,6 +70,17 @@ CASES: dict[str, dict[str, Any]] = {
         "tools": [WEATHER, TIME],
         "extra_body": forced(f"<think>\nThe user wants Paris.\n</think>\n\n{PARIS}"),
     },
+    "reasoning_hidden": {
+        "input": ASK,
+        "tools": [WEATHER],
+        "extra_body": forced(f"<think>No.</think>\n\n{PARIS}", include_reasoning=False),
+    },
+    "effort_none": {
+        "input": ASK,
+        "tools": [WEATHER],
+        "reasoning": {"effort": "none"},
+        "extra_body": forced(PARIS),
+    },
     "parallel_calls": {
         "input": ASK,
         "tools": [WEATHER],
@@ -126,7 +137,7 @@ CASES: dict[str, dict[str, Any]] = {
     },
 }
 STREAMED = ("reasoning_and_text", "single_call", "parallel_calls", "named", "max_output_tokens")
-STREAMED += ("logprobs", "function_call_output")
+STREAMED += ("logprobs", "function_call_output", "reasoning_hidden")
 
 _IDS = re.compile(r"\b(resp|rs|msg|fc)_[0-9a-f]{16}\b|chatcmpl-tool-[0-9a-f]{16}")
 # Where the two servers differ without a client seeing a difference in what it asked for:
@@ -179,6 +190,8 @@ def test_cases_show_what_they_name(clients):
         return [item.type for item in create(ours, **CASES[case]).output]
 
     assert kinds("reasoning_and_text") == ["reasoning", "message"]
+    assert kinds("single_call") == ["reasoning", "function_call"]
+    assert kinds("reasoning_hidden") == ["function_call"]
     assert kinds("parallel_calls") == ["function_call", "function_call"]
     assert kinds("single_call_only") == ["function_call"]
     assert kinds("named") == ["function_call"]
