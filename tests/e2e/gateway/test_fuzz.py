@@ -24,9 +24,13 @@ from tests.support.gateway_process import GatewayProcess
 
 EXAMPLES = int(os.environ.get("MMGATE_FUZZ_EXAMPLES", "15"))
 TIMEOUT = 60.0  # seconds an answer may take: past it, the route hangs
-# Every operation of the route table, and whether it takes input (a body) that can be made
-# invalid: /openapi.json must document exactly these (the test below), all fuzzed.
-ROUTES = [(route.method, route.path, route.body is not None) for route in TABLE]
+# Every operation of the route table, and whether it takes input (a body, path or query
+# parameters) that can be made invalid: /openapi.json must document exactly these (the test
+# below), all fuzzed.
+ROUTES = [
+    (route.method, route.path, route.body is not None or route.params is not None)
+    for route in TABLE
+]
 FUZZED = [(method, path, "positive") for method, path, _ in ROUTES] + [
     (method, path, "negative") for method, path, takes_input in ROUTES if takes_input
 ]
