@@ -204,3 +204,19 @@ def test_arguments_that_are_not_an_object_are_a_400_as_in_vllm():
         to_message(completion)
     assert refused.value.status == 400
     assert "4e+30" in refused.value.message
+
+
+def test_a_stream_that_fails_ends_with_anthropic_s_error_event():
+    from gateway.api.messages.events import error_event
+    from gateway.stream.sse import _framed
+
+    async def failing():
+        yield "event: message_start\ndata: {}\n\n"
+        raise GatewayError("engine worker: gone", 503)
+
+    async def read() -> str:
+        return "".join([e async for e in _framed(failing(), done=None, error=error_event)])
+
+    last = _events(asyncio.run(read()))[-1]
+    error = {"type": "ServiceUnavailableError", "message": "engine worker: gone"}
+    assert last == ("error", {"type": "error", "error": error})
