@@ -13,7 +13,6 @@ from gateway.api.messages.protocol import (
     BILLING_HEADER,
     TOOL_CHANGES,
     ContentBlock,
-    CountTokensRequest,
     Message,
     MessagesRequest,
     PromptFields,
@@ -35,12 +34,13 @@ BUDGET_REFUSED = (
 
 
 def to_chat_request(
-    request: MessagesRequest | CountTokensRequest,
+    request: PromptFields,
     *,
     merge_inline_system: bool = False,
     disabled_effort: DisabledEffort = "none",
 ) -> ChatCompletionRequest:
-    """The chat request, checked as /v1/chat/completions checks one (a 400 naming the field).
+    """The chat request for a create (MessagesRequest) or a count_tokens request, checked as
+    /v1/chat/completions checks one (a 400 naming the field).
 
     One deliberate difference from vLLM: a thinking budget is a 400 (vLLM hands it to its
     engine as thinking_token_budget; mmgate's wire to the workers carries none, and the gateway

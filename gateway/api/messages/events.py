@@ -14,11 +14,10 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from gateway.api.chat import Chunk
 from gateway.api.messages.reply import signature, stop_reason, usage
 from gateway.errors import error_body
 from gateway.stream.sse import named
-
-Chunk = tuple[list[dict], "dict | None"]
 
 
 def error_event(message: str, status: int, param: str | None = None) -> str:

@@ -74,7 +74,7 @@ class MessagesService:
         if request.thinking is not None and request.thinking.type == "disabled":
             disabled = self.disabled_thinking_effort()
         return to_chat_request(
-            request,  # type: ignore[arg-type]
+            request,
             merge_inline_system=self.merge_inline_system(),
             disabled_effort=disabled,
         )
