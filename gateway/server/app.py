@@ -24,6 +24,7 @@ from starlette.types import ASGIApp
 from gateway.api.chat import ChatService
 from gateway.api.completions import CompletionService
 from gateway.api.embeddings import EmbeddingService
+from gateway.api.messages.service import MessagesService
 from gateway.api.preprocess import PreprocessService
 from gateway.api.responses.background import BackgroundRuns
 from gateway.api.responses.memory_store import InMemoryResponseStore
@@ -70,6 +71,7 @@ class Services:
     embeddings: EmbeddingService
     tokenize: TokenizeService
     preprocess: PreprocessService
+    messages: MessagesService
 
 
 def create_app(config: GatewayConfig) -> ASGIApp:
@@ -181,12 +183,14 @@ def _services(config: GatewayConfig, model_dir: Path, pool, facts, http, metrics
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)
     parsing = config.parsing.for_model(files.config.get("model_type"))
+    chat = ChatService(name, files, prompts, pool, metrics, token_texts, parsing)
     return Services(
-        chat=ChatService(name, files, prompts, pool, metrics, token_texts, parsing),
+        chat=chat,
         completions=CompletionService(name, files, pool, metrics, token_texts),
         embeddings=EmbeddingService(name, files.tokenizer, pool),
         tokenize=TokenizeService(name, files, prompts, facts.max_context_length),
         preprocess=PreprocessService(name, prompts, facts),
+        messages=MessagesService(chat),
     )
 
 

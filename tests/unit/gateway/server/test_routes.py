@@ -66,4 +66,9 @@ def test_every_served_route_is_in_the_table(app):
 
 
 def test_the_hot_routes_are_the_generation_routes():
-    assert set(hot_handlers()) == {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"}
+    assert set(hot_handlers()) == {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/messages",
+    }
