@@ -78,10 +78,7 @@ class ChatService:
         """Render, preprocess and send a parsed request to a worker; the run reads its reply
         (chat completions format it; the Messages and Responses APIs convert it)."""
         with tracing.span("mmgate.render"):
-            check_model(request.model, self.model_name)
-            if request.tool_choice == "none" and self.parsing.exclude_tools_when_tool_choice_none:
-                request.tools = None
-            request.apply_reasoning_effort()
+            self.prepare(request)
             rendered = self.prompts.render(request)
         parsing = plan_parsing(
             self.parsing, request, lambda: self.token_strings(rendered.token_ids), self.vocab
@@ -116,6 +113,13 @@ class ChatService:
         )
         # The pixels go out as fields appended to the serialized request, never copied into it.
         return ChatRun(self, request, worker, generate, prompt, by_worker, parsing)
+
+    def prepare(self, request: ChatCompletionRequest) -> None:
+        """What `start` does to a request before rendering it (count_tokens renders it so)."""
+        check_model(request.model, self.model_name)
+        if request.tool_choice == "none" and self.parsing.exclude_tools_when_tool_choice_none:
+            request.tools = None
+        request.apply_reasoning_effort()
 
 
 def check_items(prompt: Prompt, facts: WorkerFacts) -> None:

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 from gateway.api.chat import ChatService
 from gateway.api.completions import CompletionService
 from gateway.api.embeddings import EmbeddingService
+from gateway.api.messages.service import MessagesService
 from gateway.api.preprocess import PreprocessService
 from gateway.api.responses.background import BackgroundRuns
 from gateway.api.responses.memory_store import InMemoryResponseStore
@@ -73,6 +74,7 @@ class Services:
     tokenize: TokenizeService
     preprocess: PreprocessService
     responses: ResponsesService
+    messages: MessagesService
 
 
 def create_app(config: GatewayConfig) -> ASGIApp:
@@ -201,6 +203,7 @@ def _services(
         tokenize=TokenizeService(name, files, prompts, facts.max_context_length),
         preprocess=PreprocessService(name, prompts, facts),
         responses=ResponsesService(chat, state.response_store, state.background),
+        messages=MessagesService(chat),
     )
 
 

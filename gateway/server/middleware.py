@@ -101,7 +101,11 @@ def _log_access(scope: Scope, status: int, elapsed: float) -> None:
 
 class ApiKeyMiddleware:
     """`Authorization: Bearer <key>` on /v1/* (as vLLM's --api-key) and /admin/*; health,
-    metrics, version and (as in vLLM) /tokenize and /detokenize stay open."""
+    metrics, version and (as in vLLM) /tokenize and /detokenize stay open.
+
+    `x-api-key: <key>` is taken too: Anthropic's clients (its SDK, Claude Code) send the key
+    there and no Authorization header. vLLM 0.32 reads only the bearer token, so they get 401
+    from it unless told to send one."""
 
     def __init__(self, app: ASGIApp, keys: Collection[str]) -> None:
         self.app = app
@@ -112,19 +116,29 @@ class ApiKeyMiddleware:
             scope["type"] != "http"
             or scope["method"] == "OPTIONS"
             or not scope["path"].startswith(("/v1", "/admin"))
-            or self._authorized(_header(scope, b"authorization"))
+            or self._authorized(scope)
         ):
             await self.app(scope, receive, send)
             return
         body = error_body("invalid or missing API key", 401)
         await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
 
-    def _authorized(self, header: str | None) -> bool:
-        if not header or not header.startswith("Bearer "):
-            return False
-        given = header.removeprefix("Bearer ").strip().encode()
-        # compare with every key, always, so timing tells nothing about which one nearly matched
-        return sum(hmac.compare_digest(given, key) for key in self.keys) > 0
+    def _authorized(self, scope: Scope) -> bool:
+        given = (_bearer(_header(scope, b"authorization")), _header(scope, b"x-api-key"))
+        # compare every key given with every key, always, so timing tells nothing about which
+        # one nearly matched
+        matches = [
+            hmac.compare_digest(g.strip().encode(), k) for g in given if g for k in self.keys
+        ]
+        return sum(matches) > 0
+
+
+def _bearer(header: str | None) -> str | None:
+    """The token of a bearer Authorization header (the scheme in any case, as vLLM reads it)."""
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    return token if scheme.lower() == "bearer" else None
 
 
 class AdmissionMiddleware:

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import State
 
+from gateway.api.messages.protocol import CountTokensRequest, CountTokensResponse, MessagesRequest
 from gateway.api.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -138,6 +139,22 @@ ROUTES: tuple[Route, ...] = (
         "Embeddings (OpenAI; pooling models)",
         EmbeddingRequest,
         hot=True,
+    ),
+    Route(
+        "POST",
+        "/v1/messages",
+        lambda state, body: services(state).messages.create(body),
+        "Message (Anthropic), streamed or not",
+        MessagesRequest,
+        hot=True,
+    ),
+    Route(
+        "POST",
+        "/v1/messages/count_tokens",
+        lambda state, body: services(state).messages.count_tokens(body),
+        "The input tokens of a Message request (Anthropic)",
+        CountTokensRequest,
+        CountTokensResponse,
     ),
     Route(
         "POST",

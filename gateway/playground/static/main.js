@@ -4,6 +4,7 @@
 import { apiKey, servedModel } from "./api.js";
 import { Attachments } from "./attachments.js";
 import { Conversation, describeError } from "./chat.js";
+import { apiReference } from "./reference.js";
 
 const $ = (id) => document.getElementById(id);
 const page = {
@@ -112,7 +113,8 @@ page.auth.addEventListener("submit", (event) => {
   page.key.value = "";
   page.auth.hidden = true;
   page.prompt.focus();
-  connect();
+  apiReference($("api"), $("api-routes"));
+connect();
 });
 
 page.composer.addEventListener("submit", (event) => {
@@ -161,4 +163,5 @@ document.addEventListener("drop", (event) => {
   attachments.addFiles(filesOf(event.dataTransfer && event.dataTransfer.files));
 });
 
+apiReference($("api"), $("api-routes"));
 connect();

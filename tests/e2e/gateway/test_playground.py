@@ -2,9 +2,10 @@
 tests/support/browser.py) against the real gateway over a real worker (the tiny Qwen2-VL on
 vLLM's CPU engine): images attached by picker, paste and drop with what the gateway made of
 each, a video with the frames its loader picked and its preview, other files refused by name,
-streamed answers with their usage, stopping one (the engine lets the request go), the
-API's errors, the keyboard alone, a phone's width, the API key. After every test, no request
-of the page went anywhere but the gateway and the console shows no error but the API's.
+streamed answers with their usage, stopping one (the engine lets the request go), the API
+reference made from the gateway's own OpenAPI document, the API's errors, the keyboard alone,
+a phone's width, the API key. After every test, no request of the page went anywhere but the
+gateway and the console shows no error but the API's.
 
 Set MMGATE_PLAYGROUND_SCREENSHOT=PATH to keep the screenshot of the first test (the README's
 docs/playground.png is made so).
@@ -550,6 +551,18 @@ def test_readable_at_a_phones_width(browser, gateway):
         assert_stayed_local(browser, gateway.base_url)
     finally:
         browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_the_api_reference_lists_every_route_of_the_gateway(page, gateway):
+    document = httpx.get(f"{gateway.base_url}/openapi.json", timeout=30).json()
+    expected = sorted(
+        f"{method.upper()} {path}" for path, ops in document["paths"].items() for method in ops
+    )
+    assert {"POST /v1/chat/completions", "GET /v1/responses/{response_id}"} <= set(expected)
+    find(page, "#api summary").click()
+    rows = page.wait(lambda d: find_all(page, "#api-routes li") or None, what="the routes listed")
+    listed = sorted(" ".join(row.text.split()[:2]) for row in rows)
+    assert listed == expected
 
 
 def test_the_api_key_is_asked_for_and_kept_in_the_tab_only(browser, vision_model, worker, tmp_path):

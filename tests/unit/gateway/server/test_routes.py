@@ -71,4 +71,5 @@ def test_the_hot_routes_are_the_generation_routes():
         "/v1/completions",
         "/v1/embeddings",
         "/v1/responses",
+        "/v1/messages",
     }
