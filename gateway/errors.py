@@ -36,17 +36,17 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 class GatewayError(MmgateError):
     """A refusal by the serving layer itself, with its own status (404, 429, 502, 503...);
-    `kind`: the body's error type where vLLM writes another than the status's own."""
+    `error_type`: the body's error type where vLLM writes another than the status's own."""
 
     def __init__(
         self,
         message: str,
         status: int | None = None,
         param: str | None = None,
-        kind: str | None = None,
+        error_type: str | None = None,
     ) -> None:
         super().__init__(message, status, param)
-        self.kind = kind
+        self.error_type = error_type
 
 
 class ChatRequestError(MmgateError):
@@ -66,12 +66,12 @@ class BundleError(MmgateError):
 
 
 def error_body(
-    message: str, status: int, param: str | None = None, kind: str | None = None
+    message: str, status: int, param: str | None = None, error_type: str | None = None
 ) -> dict:
     return {
         "error": {
             "message": message,
-            "type": kind or _kind(status),
+            "type": error_type or _kind(status),
             "param": param,
             "code": status,
         }
@@ -89,8 +89,8 @@ def _kind(status: int) -> str:
 
 
 def error_response(error: MmgateError) -> JSONResponse:
-    kind = getattr(error, "kind", None)
-    return JSONResponse(error_body(error.message, error.status, error.param, kind), error.status)
+    body = error_body(error.message, error.status, error.param, getattr(error, "error_type", None))
+    return JSONResponse(body, error.status)
 
 
 _GRPC_STATUS = {

@@ -82,7 +82,7 @@ class StoredResponses:
                 "Cannot cancel a synchronous response.",
                 400,
                 "response_id",
-                kind="invalid_request_error",
+                error_type="invalid_request_error",
             )
         await self.background.cancel(ref.response_id)
         # The run saves itself as cancelled when stopped; one that had not started yet, or
@@ -100,6 +100,6 @@ class StoredResponses:
                 f"Response with id '{response_id}' not found.",
                 404,
                 "response_id",
-                kind="invalid_request_error",
+                error_type="invalid_request_error",
             )
         return stored

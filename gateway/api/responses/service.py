@@ -96,7 +96,7 @@ class ResponsesService:
                 f"Response with id '{previous_id}' not found.",
                 404,
                 "response_id",
-                kind="invalid_request_error",
+                error_type="invalid_request_error",
             )
         return [*previous.messages, *items.to_messages(previous.response["output"])]
 
