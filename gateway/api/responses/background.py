@@ -1,14 +1,51 @@
 """Responses created with `background=true`: each runs as a task the request does not wait for,
-and `POST /v1/responses/{id}/cancel` can stop it."""
+and `POST /v1/responses/{id}/cancel` can stop it. A streamed one writes its events to a log
+that the creating request and any `GET /v1/responses/{id}?stream=true` read, from the start or
+after a sequence number."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 log = logging.getLogger("mmgate.gateway")
+
+# Event logs of finished streamed runs kept for replay, the most recent; a running one is
+# always kept. (vLLM keeps every log for the life of the process.)
+FINISHED_LOGS = 64
+
+
+class EventLog:
+    """A background stream's SSE events, in order: the i-th has sequence_number i."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.ended = False
+        self._more = asyncio.Event()
+
+    def append(self, event: str) -> None:
+        self.events.append(event)
+        self._more.set()
+
+    def end(self) -> None:
+        self.ended = True
+        self._more.set()
+
+    async def follow(self, starting_after: int | None = None) -> AsyncIterator[str]:
+        """The events after sequence number `starting_after` (all without it), then each as
+        it comes, until the run ends."""
+        sent = 0 if starting_after is None else starting_after + 1
+        while True:
+            self._more.clear()
+            while sent < len(self.events):
+                yield self.events[sent]
+                sent += 1
+            if self.ended:
+                return
+            await self._more.wait()
 
 
 class BackgroundRuns:
@@ -16,11 +53,22 @@ class BackgroundRuns:
 
     def __init__(self) -> None:
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._logs: OrderedDict[str, EventLog] = OrderedDict()
 
-    def start(self, response_id: str, run: Coroutine[Any, Any, Any]) -> None:
+    def start(
+        self, response_id: str, run: Coroutine[Any, Any, Any], events: EventLog | None = None
+    ) -> None:
+        """Run `run`; `events`: the log a streamed run writes, kept for replay."""
         task = asyncio.create_task(run, name=f"response {response_id}")
         self._tasks[response_id] = task
+        if events is not None:
+            self._logs[response_id] = events
         task.add_done_callback(lambda done: self._finished(response_id, done))
+
+    def events(self, response_id: str) -> EventLog | None:
+        """The event log of a streamed background response, while it runs and for a while
+        after (the FINISHED_LOGS most recent)."""
+        return self._logs.get(response_id)
 
     def running(self, response_id: str) -> bool:
         return response_id in self._tasks
@@ -44,5 +92,11 @@ class BackgroundRuns:
     def _finished(self, response_id: str, task: asyncio.Task[Any]) -> None:
         if self._tasks.get(response_id) is task:
             del self._tasks[response_id]
+        if (events := self._logs.get(response_id)) is not None:
+            events.end()  # (a run cancelled before it began never ended its log)
+            self._logs.move_to_end(response_id)
+        finished = [key for key in self._logs if key not in self._tasks]
+        for key in finished[: max(0, len(finished) - FINISHED_LOGS)]:
+            del self._logs[key]
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("background response %s failed", response_id, exc_info=error)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from gateway.api.responses.background import BackgroundRuns
 from gateway.api.responses.store import ResponseStore, StoredResponse
 from gateway.errors import GatewayError
+from gateway.stream import sse
 
 RUNNING = ("queued", "in_progress")
 
@@ -23,7 +25,8 @@ class ResponseRef(BaseModel):
 
 
 class RetrieveParams(ResponseRef):
-    # vLLM's: replay a background streamed response's events (after `starting_after`).
+    # vLLM's: a background streamed response's events again, after the sequence number
+    # `starting_after` (all without it), and on as they come while it runs.
     stream: bool = False
     starting_after: int | None = Field(default=None, ge=0)
 
@@ -42,15 +45,15 @@ class StoredResponses:
     def __init__(self, store: ResponseStore, background: BackgroundRuns) -> None:
         self.store, self.background = store, background
 
-    async def retrieve(self, params: RetrieveParams) -> dict[str, Any]:
-        if params.stream:
-            raise GatewayError(
-                "stream=true replays a background response's events, which this gateway does "
-                "not keep; retrieve it without stream",
-                400,
-                "stream",
-            )
-        return (await self._stored(params.response_id)).response
+    async def retrieve(self, params: RetrieveParams) -> dict[str, Any] | StreamingResponse:
+        stored = await self._stored(params.response_id)
+        if not params.stream:
+            return stored.response
+        events = self.background.events(params.response_id)
+        if events is None:  # not a streamed background response (or long finished)
+            message = f"Unknown response_id: {params.response_id}"
+            raise GatewayError(message, 400, "response_id")
+        return sse.event_stream(events.follow(params.starting_after), done=None)
 
     async def delete(self, ref: ResponseRef) -> dict[str, Any]:
         await self._stored(ref.response_id)

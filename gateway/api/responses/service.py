@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway.api.chat import ChatRun, ChatService
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.api.responses import items, output
-from gateway.api.responses.background import BackgroundRuns
+from gateway.api.responses.background import BackgroundRuns, EventLog
 from gateway.api.responses.events import StreamEvents
 from gateway.api.responses.protocol import ResponsesRequest
 from gateway.api.responses.store import ResponseStore, StoredResponse
@@ -307,41 +307,26 @@ class _Turn:
         """Store the response as queued and stream it from a task: the client reads the
         events as they come, and the run goes on (and is stored) if the client leaves."""
         await self._save(self._response([], "queued", None))
-        events = StreamEvents()
+        events, log = StreamEvents(), EventLog()
         error = _error_event(events)
-        written: list[str] = []
-        more = asyncio.Event()
-        ended = False
 
         async def produce() -> None:
-            nonlocal ended
             try:
                 async for batch in self._events(events):
-                    written.append("".join(sse.named(e["type"], e) for e in batch))
-                    more.set()
+                    for event in batch:
+                        log.append(sse.named(event["type"], event))
             except MmgateError as refused:
-                written.append(error(refused.message, refused.status, refused.param))
+                log.append(error(refused.message, refused.status, refused.param))
                 raise
             except Exception:
-                written.append(error("internal error while streaming", 500, None))
+                log.append(error("internal error while streaming", 500, None))
                 raise
             finally:
-                ended = True
-                more.set()
+                log.end()
 
-        async def follow() -> AsyncIterator[str]:
-            sent = 0
-            while True:
-                more.clear()
-                while sent < len(written):
-                    yield written[sent]
-                    sent += 1
-                if ended:
-                    return
-                await more.wait()
-
-        self.service.background.start(self.request.request_id, self._in_background(produce))
-        return sse.event_stream(follow(), done=None, error=error)
+        run = self._in_background(produce)
+        self.service.background.start(self.request.request_id, run, events=log)
+        return sse.event_stream(log.follow(), done=None, error=error)
 
     async def _in_background(self, work: Callable[[], Awaitable[Any]]) -> None:
         """`work` (which stores the response when done), the response stored as in progress
