@@ -11,6 +11,7 @@ from typing import Any
 
 from engine_server.errors import InvalidRequest
 from multimodal.shm import shm_namespace_id
+from protos import extensions
 from protos import vllm_engine_pb2 as pb
 
 SAMPLING_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -146,6 +147,15 @@ def server_info(vllm_config: Any, state: dict[str, Any]) -> pb.GetServerInfoResp
         engine_reasoning_parser=engine_reasoning_parser(vllm_config),
         constrained_decoding_start=constrained_decoding_start(vllm_config),
     )
+
+
+def capabilities(vllm_config: Any) -> set[str]:
+    """mmgate's wire additions this worker applies (protos/extensions.py). The thinking
+    budget only where vLLM enforces it: a reasoning config whose token ids resolved (vLLM's
+    input processor refuses a budget otherwise)."""
+    reasoning = getattr(vllm_config, "reasoning_config", None)
+    enforced = reasoning is not None and reasoning.enabled
+    return {extensions.ENFORCES_THINKING_BUDGET} if enforced else set()
 
 
 def engine_reasoning_parser(vllm_config: Any) -> str:

@@ -11,8 +11,14 @@ from engine_server.errors import InvalidRequest
 
 
 def sampling_params_from_proto(
-    params, *, stream: bool, kv_transfer_params: dict | None = None
+    params,
+    *,
+    stream: bool,
+    kv_transfer_params: dict | None = None,
+    thinking_token_budget: int | None = None,
 ) -> SamplingParams:
+    """`thinking_token_budget`: from the call's metadata (protos/extensions.py), not the
+    proto; the engine enforces it where its reasoning config is on and refuses it otherwise."""
     stop = list(params.stop) or None
     try:
         return SamplingParams(
@@ -36,6 +42,7 @@ def sampling_params_from_proto(
             prompt_logprobs=params.prompt_logprobs if params.HasField("prompt_logprobs") else None,
             seed=params.seed if params.HasField("seed") else None,
             logit_bias=dict(params.logit_bias) or None,
+            thinking_token_budget=thinking_token_budget,
             structured_outputs=structured_outputs_from_proto(params),
             extra_args={"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None,
             # Token ids go back on the wire and the client detokenizes; the engine only needs

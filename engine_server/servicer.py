@@ -27,7 +27,7 @@ from engine_server.sampling import (
     truncate_prompt,
 )
 from engine_server.tokenizer_bundle import TokenizerBundle, chunks
-from protos import common_pb2
+from protos import common_pb2, extensions
 from protos import vllm_engine_pb2 as pb
 from protos import vllm_engine_pb2_grpc as pb_grpc
 
@@ -66,7 +66,8 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
     async def Generate(self, request: pb.GenerateRequest, context) -> AsyncIterator:
         request_id = request.request_id or uuid.uuid4().hex
         self._received(request_id)
-        parent = tracing.incoming(context.invocation_metadata())
+        metadata = context.invocation_metadata()
+        parent = tracing.incoming(metadata)
         call, failure = tracing.start_call("mmgate.engine.generate", parent), None
         call.set_attribute("request.id", request_id)
         try:
@@ -79,6 +80,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
                 request.sampling_params,
                 stream=request.stream,
                 kv_transfer_params=kv_transfer_params_from_request(request),
+                thinking_token_budget=thinking_budget(metadata),
             )
             want = (params.logprobs, params.prompt_logprobs)
             seen: set[int] = set()
@@ -259,6 +261,10 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             info.mm_processor = self.media.name
             info.mm_media_ref_schemes = self.media.schemes
             info.mm_processor_source = self.media_source
+        # mmgate's additions beyond the proto (protos/extensions.py), for our gateway.
+        context.set_trailing_metadata(
+            extensions.capabilities_metadata(model_info.capabilities(self.engine.vllm_config))
+        )
         return info
 
     async def GetLoads(self, request, context) -> pb.GetLoadsResponse:
@@ -316,3 +322,12 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         else:
             log.info("%s %s rejected (%s): %s", rpc, request_id, code.name, message)
         await context.abort(code, message)
+
+
+def thinking_budget(metadata: Any) -> int | None:
+    """The call's thinking budget (protos/extensions.py); a malformed one is the caller's
+    fault."""
+    try:
+        return extensions.thinking_token_budget(metadata)
+    except ValueError as error:
+        raise InvalidRequest(str(error)) from None

@@ -12,7 +12,7 @@ The body is OpenAI's: {"error": {"message", "type", "param", "code"}}.
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from fastapi.responses import JSONResponse
@@ -110,10 +110,12 @@ def from_grpc(error: grpc.aio.AioRpcError) -> GatewayError:
 
 class FieldError(ValueError):
     """A request field refused by a validator, worded as vLLM words it: the message then
-    ``(parameter=NAME)``, as its VLLMValidationError prints."""
+    ``(parameter=NAME)``, or ``(parameter=NAME, value=VALUE)`` when given one, as its
+    VLLMValidationError prints."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(f"{message} (parameter={param})" if param else message)
+    def __init__(self, message: str, param: str | None = None, value: Any = None) -> None:
+        extras = [f"{k}={v}" for k, v in (("parameter", param), ("value", value)) if v is not None]
+        super().__init__(f"{message} ({', '.join(extras)})" if extras else message)
         self.param = param
 
 

@@ -84,7 +84,8 @@ class ChatService:
             self.parsing, request, lambda: self.token_strings(rendered.token_ids), self.vocab
         )
         by_worker = self.prompts.by_worker(rendered)
-        worker = self.pool.pick(rendered.token_ids, media_refs=by_worker)
+        budget = request.thinking_token_budget is not None
+        worker = self.pool.pick(rendered.token_ids, media_refs=by_worker, thinking_budget=budget)
         facts = worker.facts
         if by_worker:
             # Counted before anything is fetched: a video may be tens of MB.
@@ -189,7 +190,9 @@ class ChatRun:
             service.tokenizer,
             service.added,
             metrics=service.metrics,
-            reroute=lambda failed: service.pool.reroute(failed, prompt.ids, by_worker),
+            reroute=lambda failed: service.pool.reroute(
+                failed, prompt.ids, by_worker, request.thinking_token_budget is not None
+            ),
             tail=service.prompts.tail(prompt),
         )
         self.choices = self.generation.choices

@@ -50,7 +50,8 @@ class CompletionService:
             raise GatewayError("echo with logprobs is not supported", 400, "echo")
         request_id = f"cmpl-{engine_request_id(request.request_id)}"
         prompts = self._prompts(request)
-        worker = self.pool.pick(prompts[0][0])
+        budget = request.thinking_token_budget is not None
+        worker = self.pool.pick(prompts[0][0], thinking_budget=budget)
         runs = [
             Generation(
                 request,
@@ -60,7 +61,9 @@ class CompletionService:
                 self.added,
                 first_index=i * request.n,
                 metrics=self.metrics,
-                reroute=functools.partial(self.pool.reroute, prompt_ids=ids),
+                reroute=functools.partial(
+                    self.pool.reroute, prompt_ids=ids, thinking_budget=budget
+                ),
             )
             for i, (ids, _text) in enumerate(prompts)
         ]

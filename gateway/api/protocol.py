@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 
 from gateway.errors import FieldError
 
@@ -30,7 +30,6 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
             "allowed_token_ids",
             "logprob_token_ids",
             "prompt_embeds",
-            "thinking_token_budget",
             "repetition_detection",
             "cache_salt",
             "documents",
@@ -53,6 +52,21 @@ UNSUPPORTED: dict[str, tuple[Any, ...]] = {
     "routed_experts_prompt_start": (None, 0),
     "truncation_side": (None, "left"),  # truncate_prompt_tokens keeps the last tokens
 }
+
+_BUDGET_MESSAGE = "`thinking_token_budget` must be a non-negative integer or -1 for unlimited."
+
+
+def _thinking_token_budget(value: Any) -> int | None:
+    """vLLM's validate_thinking_token_budget: an integer (not a bool or a float), -1 is
+    unlimited (unset), below that a 400 with its message."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, float)) or not isinstance(value, int) or value < -1:
+        raise FieldError(_BUDGET_MESSAGE, "thinking_token_budget", value)
+    return None if value == -1 else value
+
+
+ThinkingTokenBudget = Annotated[int | None, BeforeValidator(_thinking_token_budget)]
 
 
 class JsonSchema(BaseModel):
@@ -129,6 +143,9 @@ class SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     kv_transfer_params: dict[str, Any] | None = None
     request_id: str | None = None
+    # Enforced by the engine (its reasoning config); only a worker that advertises it gets
+    # one (gateway.workers.pool), in the call's metadata (protos/extensions.py).
+    thinking_token_budget: ThinkingTokenBudget = None
 
     REFUSED: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED
 

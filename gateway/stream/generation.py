@@ -26,6 +26,7 @@ from gateway.workers.retry import Reroute, RetryingGenerate
 from gateway.workers.tensor_transport import Tail
 from gateway.workers.worker import Worker
 from multimodal.wire import Piece
+from protos import extensions
 from protos import vllm_engine_pb2 as pb
 
 
@@ -40,6 +41,7 @@ class TextRequest(Protocol):
     min_tokens: int
     stop_token_ids: list[int] | None
     ignore_eos: bool
+    thinking_token_budget: int | None
 
     def stop_list(self) -> list[str]: ...
 
@@ -174,7 +176,10 @@ class Generation:
             choice.index += first_index
         self.usage = Usage(prompt_tokens=len(prompt_ids))
         self.generate = generate
-        self.call = RetryingGenerate(worker, generate, tail, reroute)
+        # The budget is not in the proto: it travels in the call's metadata, to a worker that
+        # advertised it (the caller picked one, and reroutes only to one).
+        metadata = extensions.thinking_budget_metadata(request.thinking_token_budget)
+        self.call = RetryingGenerate(worker, generate, tail, reroute, metadata)
         # What the engine's KV connector returned (disaggregated prefill: the handoff)
         self.kv_transfer_params: dict | None = None
         self.metrics = metrics

@@ -33,6 +33,14 @@ NO_MEDIA_WORKER = (
     "processor for this model, or runs with --mm-processing worker), but no healthy worker "
     "does: start the workers with --mm-processor inprocess"
 )
+# vLLM's input processor's message for a budget its engine cannot enforce, then which
+# workers can: mmgate's, whose engine runs a reasoning parser (SMG's servicer takes none).
+NO_BUDGET_WORKER = (
+    "thinking_token_budget is set but reasoning_config is not configured. Please set "
+    "--reasoning-parser and/or --reasoning-config to use thinking_token_budget. (No healthy "
+    "engine worker enforces a thinking budget: mmgate's worker does when its engine runs a "
+    "reasoning parser.)"
+)
 
 
 @dataclass
@@ -181,8 +189,10 @@ class WorkerPool:
         exclude: Sequence[Worker] = (),
         like: Worker | None = None,
         media_refs: bool = False,
+        thinking_budget: bool = False,
     ) -> Worker:
-        """A worker for the request; `media_refs`: one that preprocesses media itself."""
+        """A worker for the request; `media_refs`: one that preprocesses media itself;
+        `thinking_budget`: one that enforces a thinking budget."""
         candidates = [w for w in self.workers.values() if w.eligible and w not in exclude]
         if like is not None:  # a retry: the request was prepared for `like`'s facts
             candidates = [w for w in candidates if _compatible(w.facts, like.facts)]
@@ -192,6 +202,10 @@ class WorkerPool:
             candidates = [w for w in candidates if w.facts.takes_media_refs]
             if not candidates:
                 raise GatewayError(NO_MEDIA_WORKER, 400, "messages")
+        if thinking_budget:
+            candidates = [w for w in candidates if w.facts.enforces_thinking_budget]
+            if not candidates:
+                raise GatewayError(NO_BUDGET_WORKER, 400)
         decision = self.router.choose(candidates, prompt_ids)
         worker = decision.worker
         self.metrics.routing.labels(self.router.policy, decision.outcome).inc()
@@ -205,13 +219,23 @@ class WorkerPool:
         return worker
 
     def reroute(
-        self, failed: Sequence[Worker], prompt_ids: Sequence[int], media_refs: bool = False
+        self,
+        failed: Sequence[Worker],
+        prompt_ids: Sequence[int],
+        media_refs: bool = False,
+        thinking_budget: bool = False,
     ) -> Worker | None:
         """Another worker for a request whose call failed before its first token, if any."""
         if len(failed) > self.options.retries:
             return None
         try:
-            worker = self.pick(prompt_ids, exclude=failed, like=failed[-1], media_refs=media_refs)
+            worker = self.pick(
+                prompt_ids,
+                exclude=failed,
+                like=failed[-1],
+                media_refs=media_refs,
+                thinking_budget=thinking_budget,
+            )
         except GatewayError:
             return None
         self.metrics.retries.inc()

@@ -36,10 +36,13 @@ class RetryingGenerate:
         generate: pb.GenerateRequest,
         tail: Tail | Sequence[Piece] = (),
         reroute: Reroute | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         """`tail`: fields already serialized, sent after `generate`'s own (the images), or
-        what makes them for each worker tried."""
+        what makes them for each worker tried; `metadata`: gRPC metadata for every attempt
+        (mmgate's wire additions, protos/extensions.py), sent with the trace's."""
         self.worker, self.generate, self.reroute = worker, generate, reroute
+        self.metadata = tuple(metadata)
         self.tail: Tail = InlineTail(tail) if isinstance(tail, Sequence) else tail
 
     async def responses(self) -> AsyncIterator[pb.GenerateResponse]:
@@ -52,7 +55,7 @@ class RetryingGenerate:
             try:
                 attempt = await self.tail.attempt(self.worker.facts)
                 # aclosing: a consumer that stops (client gone) cancels the call at once
-                metadata = tracing.metadata(call)
+                metadata = (*tracing.metadata(call), *self.metadata)
                 responses = self.worker.generate(self.generate, attempt.pieces, metadata)
                 async with aclosing(responses) as stream:
                     async for response in stream:

@@ -17,7 +17,7 @@ from gateway.transport import StreamChannel
 from gateway.workers.health import CircuitBreaker, HealthGate
 from multimodal.pipeline import PixelEncoding
 from multimodal.wire import Piece
-from protos import common_pb2
+from protos import common_pb2, extensions
 from protos import vllm_engine_pb2 as pb
 from protos import vllm_engine_pb2_grpc as pb_grpc
 
@@ -58,11 +58,19 @@ class WorkerFacts:
     # The worker's /dev/shm identity (<boot_id>:<st_dev>; "" when not advertised): tensors go
     # through /dev/shm under --multimodal-tensor-transport auto when it equals the gateway's.
     shm_namespace_id: str = ""
+    # mmgate's wire additions the worker advertised (protos/extensions.py); none from SMG's
+    # upstream servicer.
+    extensions: frozenset[str] = frozenset()
 
     @property
     def takes_media_refs(self) -> bool:
         """Whether the worker preprocesses media the gateway sends as data: URLs."""
         return "data" in self.media_ref_schemes
+
+    @property
+    def enforces_thinking_budget(self) -> bool:
+        """Whether the worker takes a thinking budget and its engine enforces it."""
+        return extensions.ENFORCES_THINKING_BUDGET in self.extensions
 
 
 def parse_item_limits(label: str) -> dict[str, int]:
@@ -166,7 +174,8 @@ class Worker:
 
     async def connect(self, timeout: float = 10.0) -> WorkerFacts:
         model = await self.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=timeout)
-        server = await self.stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=timeout)
+        info = self.stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=timeout)
+        server = await info
         defaults = model.default_sampling_params_json
         self.facts = WorkerFacts(
             model_path=model.model_path,
@@ -183,6 +192,7 @@ class Worker:
             mm_item_limits=parse_item_limits(server.mm_item_limits),
             media_ref_schemes=parse_schemes(server.mm_processor, server.mm_media_ref_schemes),
             shm_namespace_id=server.shm_namespace_id,
+            extensions=extensions.capabilities(await info.trailing_metadata()),
         )
         self.health.force(True)
         return self.facts

@@ -26,11 +26,6 @@ from gateway.errors import GatewayError, parse_body
 # What thinking {"type": "disabled"} sends as reasoning_effort: "none" unless the template
 # cannot tell it from a thinking effort (`service.disabled_thinking_effort`).
 DisabledEffort = Literal["none", "low"]
-BUDGET_REFUSED = (
-    "thinking.budget_tokens is not supported by this gateway: the engine workers take no "
-    'thinking budget. Send thinking {"type": "adaptive"} (the model thinks until it stops, '
-    "within max_tokens) or disabled"
-)
 
 
 def to_chat_request(
@@ -40,11 +35,7 @@ def to_chat_request(
     disabled_effort: DisabledEffort = "none",
 ) -> ChatCompletionRequest:
     """The chat request for a create (MessagesRequest) or a count_tokens request, checked as
-    /v1/chat/completions checks one (a 400 naming the field).
-
-    One deliberate difference from vLLM: a thinking budget is a 400 (vLLM hands it to its
-    engine as thinking_token_budget; mmgate's wire to the workers carries none, and the gateway
-    refuses what it cannot do rather than ignore it)."""
+    /v1/chat/completions checks one (a 400 naming the field)."""
     messages = system_messages(request, merge_inline_system)
     messages += chat_messages(request.messages, merge_inline_system)
     fields: dict[str, Any] = {"model": request.model, "messages": messages}
@@ -64,7 +55,7 @@ def to_chat_request(
     if thinking is not None and thinking.type == "disabled":
         fields["reasoning_effort"] = disabled_effort
     elif isinstance(thinking, ThinkingEnabled):
-        raise GatewayError(BUDGET_REFUSED, 400, "thinking")
+        fields["thinking_token_budget"] = thinking.budget_tokens  # vLLM's _handle_thinking
     fields.update(_tools(request))
     return parse_body(ChatCompletionRequest, fields)
 

@@ -9,9 +9,9 @@ enum forces a text), and tool_choice (a forced tool that is not strict closes it
 once on this model; a strict one's grammar lets it write whitespace forever). Each case says
 which stop reason vLLM gives, so a case that stops covering what it is for fails.
 
-Where mmgate differs on purpose: a thinking budget is a 400 (no budget crosses the wire to a
-worker; vLLM enforces it), `x-api-key` is taken as the API key (vLLM reads only a bearer
-token), and a streamed error is typed as its status says (vLLM: "internal_error").
+Where mmgate differs on purpose: `x-api-key` is taken as the API key (vLLM reads only a bearer
+token), and a streamed error is typed as its status says (vLLM: "internal_error"). A thinking
+budget: tests/e2e/gateway/apis/test_thinking_budget.py.
 """
 
 from __future__ import annotations
@@ -267,19 +267,6 @@ def test_a_forced_call_whose_arguments_are_no_object_is_a_400_as_in_vllm(peers):
         with pytest.raises(anthropic.BadRequestError) as refused:
             client.messages.create(**_call(fields, model))
         assert "4e+30" in str(refused.value)
-
-
-def test_a_thinking_budget_is_refused(api_stack):
-    """vLLM hands the budget to its engine; mmgate's wire to the workers carries none, so the
-    gateway says so rather than ignore it."""
-    client = _client(api_stack.mmgate_url)
-    thinking = {"type": "enabled", "budget_tokens": 1024}
-    with pytest.raises(anthropic.BadRequestError) as refused:
-        client.messages.create(
-            model=str(api_stack.model), messages=HI, max_tokens=2048, thinking=thinking
-        )
-    assert refused.value.body["type"] == "error"
-    assert "thinking.budget_tokens is not supported" in refused.value.body["error"]["message"]
 
 
 def test_the_api_key_is_taken_from_x_api_key(api_stack, tmp_path):

@@ -201,3 +201,36 @@ def test_values_the_wire_cannot_carry_are_refused_by_name(field, value):
         parse_body(ChatCompletionRequest, {"messages": MESSAGES, field: value})
     assert refused.value.status == 400
     assert refused.value.param.split(".")[0] == field
+
+
+# Each value as JSON sends it: ints, -1 (unlimited), and what vLLM refuses (below -1, bools,
+# floats, strings).
+BUDGETS = (None, 0, 3, 1024, -1, -2, True, False, 3.0, 2.5, "3")
+
+
+@pytest.mark.parametrize("budget", BUDGETS, ids=repr)
+def test_thinking_token_budget_is_vllm_s_from_request_to_engine(budget):
+    """Accepted and refused as vLLM's server does, with its message; what it accepts reaches
+    the worker's SamplingParams through the call's metadata (the proto has no field)."""
+    from engine_server.servicer import thinking_budget
+    from gateway.errors import GatewayError, parse_body
+    from protos import extensions
+
+    body = {"model": "m", "messages": MESSAGES, "thinking_token_budget": budget}
+    try:
+        theirs = VllmChatRequest(**body).to_sampling_params(100, DEFAULTS)
+    except VLLMValidationError as refused:  # not a ValueError: pydantic lets it through
+        with pytest.raises(GatewayError) as ours:
+            parse_body(ChatCompletionRequest, body)
+        # vLLM's server answers str(error) with the error's parameter
+        assert (ours.value.status, ours.value.message) == (400, str(refused))
+        assert ours.value.param == refused.parameter == "thinking_token_budget"
+        return
+    request = parse_body(ChatCompletionRequest, body)
+    metadata = extensions.thinking_budget_metadata(request.thinking_token_budget)
+    proto = to_proto(request, 100, DEFAULTS)
+    ours = sampling_params_from_proto(
+        proto, stream=False, thinking_token_budget=thinking_budget(metadata)
+    )
+    assert ours.thinking_token_budget == theirs.thinking_token_budget
+    assert (metadata == ()) == (theirs.thinking_token_budget is None)
