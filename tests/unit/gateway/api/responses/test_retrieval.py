@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from gateway.api.responses.background import EventLog
 from gateway.api.responses.store import StoredResponse
 from gateway.server.app import create_app
 from gateway.server.config import GatewayConfig
@@ -124,7 +125,35 @@ def test_cancel_stops_a_background_run_and_marks_it_cancelled(client):
     assert not client.state.background.running("resp_b")
 
 
-def test_stream_retrieval_is_refused_with_a_reason(client):
+def test_stream_retrieval_of_a_response_without_an_event_log_is_vllm_s_400(client):
     put(client, "resp_a")
     reply = client.get("/v1/responses/resp_a", params={"stream": "true"})
-    assert reply.status_code == 400 and reply.json()["error"]["param"] == "stream"
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert (error["message"], error["param"]) == ("Unknown response_id: resp_a", "response_id")
+
+
+def test_stream_retrieval_replays_a_background_stream_after_a_sequence_number(client):
+    put(client, "resp_s", status="in_progress")
+    log = EventLog()
+    release = asyncio.Event()
+
+    async def start() -> None:
+        async def run() -> None:
+            for n in range(3):
+                log.append(f"event: e\ndata: {n}\n\n")
+            await release.wait()
+            log.append("event: e\ndata: 3\n\n")
+
+        client.state.background.start("resp_s", run(), events=log)
+
+    client.portal.call(start)
+    with client.stream("GET", "/v1/responses/resp_s?stream=true&starting_after=0") as reply:
+        lines = reply.iter_lines()
+        first = [next(lines) for _ in range(6)]  # two events of three lines
+        client.portal.call(release.set)  # the run goes on while a reader follows it
+        rest = list(lines)
+    datas = [line for line in first + rest if line.startswith("data:")]
+    assert datas == ["data: 1", "data: 2", "data: 3"]
+    whole = client.get("/v1/responses/resp_s?stream=true").text
+    assert whole.count("event: e") == 4  # finished: the whole log, then the end
