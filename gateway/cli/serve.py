@@ -327,20 +327,23 @@ def _store_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "Responses API store",
         "Responses created with store=true (OpenAI's default) are kept in this process's "
-        "memory for GET /v1/responses/{id} and previous_response_id; past either bound the "
-        "least recently used go first. Each gateway replica has its own store: route a "
-        "conversation's requests to one replica (sticky sessions).",
+        "memory for GET /v1/responses/{id} and previous_response_id. Past the size bound the "
+        "least recently used go first; past the age bound, those not written since. Each "
+        "gateway replica has its own store: route a conversation's requests to one replica "
+        "(sticky sessions).",
     )
     d = StoreLimits()
     g.add_argument(
         "--responses-store-max-mib",
         type=float,
+        metavar="MIB",
         default=d.max_bytes / MIB,
         help="bytes held by stored responses, in MiB; 0 stores nothing (%(default)s)",
     )
     g.add_argument(
         "--responses-store-max-age",
         type=_positive_float,
+        metavar="SECONDS",
         default=d.max_age_seconds,
         help="seconds a stored response is kept after its last write (%(default)s)",
     )

@@ -112,7 +112,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.state.limits, app.state.metrics = config.limits, metrics
     # The response store outlives the services (rebuilt when the model's files change).
     app.state.response_store = InMemoryResponseStore(config.responses_store, metrics)
-    app.state.background = BackgroundRuns()
+    app.state.background = BackgroundRuns(admission)
     app.state.stored_responses = StoredResponses(app.state.response_store, app.state.background)
     _exception_handlers(app)
     install_routes(app)

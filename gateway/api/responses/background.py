@@ -9,9 +9,19 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger("mmgate.gateway")
+
+
+class Slots(Protocol):
+    """The gateway's admission (gateway.server.admission.Admission): a slot per running
+    generation, waited for in line."""
+
+    async def enter(self) -> float: ...
+
+    def leave(self) -> None: ...
+
 
 # Event logs of finished streamed runs kept for replay, the most recent; a running one is
 # always kept. (vLLM keeps every log for the life of the process.)
@@ -51,7 +61,11 @@ class EventLog:
 class BackgroundRuns:
     """The running background responses of this process, by response id."""
 
-    def __init__(self) -> None:
+    def __init__(self, admission: Slots | None = None) -> None:
+        """`admission`: the gateway's bound on generation requests, which a run holds a slot of
+        while it runs (it waits for one, still `queued`, as a request would): background runs
+        outlive their requests' slots and would otherwise escape the bound."""
+        self.admission = admission
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._logs: OrderedDict[str, EventLog] = OrderedDict()
 
@@ -59,11 +73,24 @@ class BackgroundRuns:
         self, response_id: str, run: Coroutine[Any, Any, Any], events: EventLog | None = None
     ) -> None:
         """Run `run`; `events`: the log a streamed run writes, kept for replay."""
-        task = asyncio.create_task(run, name=f"response {response_id}")
+        task = asyncio.create_task(self._admitted(run), name=f"response {response_id}")
         self._tasks[response_id] = task
         if events is not None:
             self._logs[response_id] = events
         task.add_done_callback(lambda done: self._finished(response_id, done))
+
+    async def _admitted(self, run: Coroutine[Any, Any, Any]) -> Any:
+        if self.admission is None:
+            return await run
+        try:
+            await self.admission.enter()
+        except BaseException:
+            run.close()  # never started: nothing of it runs
+            raise
+        try:
+            return await run
+        finally:
+            self.admission.leave()
 
     def events(self, response_id: str) -> EventLog | None:
         """The event log of a streamed background response, while it runs and for a while
