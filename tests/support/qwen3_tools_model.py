@@ -16,6 +16,17 @@ from pathlib import Path
 
 from engine_server import tiny_models as tm
 
+# How the tests serve it, as vLLM's server is told to: the qwen3 reasoning parser on the engines
+# (vLLM's engine holds a structured output back until the thought ends), hermes tool calls on
+# the servers, and the engines' grammar enforced in the thought too, so a forced output covers
+# it.
+PARSER_FLAGS = {"reasoning_parser": "qwen3"}
+SERVER_FLAGS = {"tool_call_parser": "hermes", "enable_auto_tool_choice": True}
+ENGINE = {"structured_outputs_config": {"enable_in_reasoning": True}, "max_model_len": 2048}
+GATEWAY_ARGS = (
+    "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
+)  # fmt: skip
+
 MARKERS = (
     "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"
 )  # fmt: skip

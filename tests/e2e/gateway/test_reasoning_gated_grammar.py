@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.gateway.test_tool_calls import ASK, GATEWAY_ARGS, PARSER_FLAGS, SERVER_FLAGS
+from tests.e2e.gateway.test_tool_calls import ASK
 from tests.e2e.gateway.test_tool_calls import marker_bias as bias_towards
 from tests.support.engines import VllmServerProcess, WorkerProcess
 from tests.support.family_e2e import REFERENCE_NAME
 from tests.support.gateway_process import GatewayProcess
-from tests.support.qwen3_tools_model import build_model
+from tests.support.qwen3_tools_model import GATEWAY_ARGS, PARSER_FLAGS, SERVER_FLAGS, build_model
 
 ENGINE = {"max_model_len": 2048}
 ANSWER = "The answer is 42."

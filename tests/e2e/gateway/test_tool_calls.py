@@ -22,14 +22,15 @@ import pytest
 from tests.support.engines import UpstreamServicerProcess, VllmServerProcess, WorkerProcess
 from tests.support.family_e2e import REFERENCE_NAME
 from tests.support.gateway_process import GatewayProcess
-from tests.support.qwen3_tools_model import CHAT_TEMPLATE, MARKERS, build_model
-
-PARSER_FLAGS = {"reasoning_parser": "qwen3"}
-SERVER_FLAGS = {"tool_call_parser": "hermes", "enable_auto_tool_choice": True}
-ENGINE = {"structured_outputs_config": {"enable_in_reasoning": True}, "max_model_len": 2048}
-GATEWAY_ARGS = (
-    "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
-)  # fmt: skip
+from tests.support.qwen3_tools_model import (
+    CHAT_TEMPLATE,
+    ENGINE,
+    GATEWAY_ARGS,
+    MARKERS,
+    PARSER_FLAGS,
+    SERVER_FLAGS,
+    build_model,
+)
 
 WEATHER = {
     "type": "function",

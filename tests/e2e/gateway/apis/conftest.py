@@ -14,14 +14,14 @@ import pytest
 
 from tests.support.engines import VllmServerProcess, WorkerProcess
 from tests.support.gateway_process import GatewayProcess
-from tests.support.qwen3_tools_model import build_model
+from tests.support.qwen3_tools_model import (
+    ENGINE,
+    GATEWAY_ARGS,
+    PARSER_FLAGS,
+    SERVER_FLAGS,
+    build_model,
+)
 
-PARSER_FLAGS = {"reasoning_parser": "qwen3"}
-SERVER_FLAGS = {"tool_call_parser": "hermes", "enable_auto_tool_choice": True}
-ENGINE = {"structured_outputs_config": {"enable_in_reasoning": True}, "max_model_len": 2048}
-GATEWAY_ARGS = (
-    "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
-)  # fmt: skip
 # vLLM keeps responses only with this set (otherwise `store` is silently false).
 VLLM_ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 
@@ -35,18 +35,18 @@ class ApiStack:
     worker: WorkerProcess
 
 
-@pytest.fixture(scope="session")
-def api_stack(tmp_path_factory) -> Iterator[ApiStack]:
-    model = build_model(tmp_path_factory.mktemp("qwen3-api-tools") / "model")
-    logs = tmp_path_factory.mktemp("api-stack")
-    server_flags = {**PARSER_FLAGS, **SERVER_FLAGS, **ENGINE}
-    vllm = VllmServerProcess(model, logs / "vllm.log", env=VLLM_ENV, **server_flags)
-    worker = WorkerProcess(model, logs / "ours.log", **PARSER_FLAGS, **ENGINE)
+def serve_pair(
+    model: Path, logs: Path, engine: dict, server: dict, gateway_args: tuple[str, ...] = ()
+) -> Iterator[ApiStack]:
+    """vLLM's server (`engine` and `server` flags, its store on) and mmgate in front of our
+    worker (`engine` flags), for a fixture to yield from."""
+    vllm = VllmServerProcess(model, logs / "vllm.log", env=VLLM_ENV, **engine, **server)
+    worker = WorkerProcess(model, logs / "ours.log", **engine)
     gateway = None
     try:
         vllm.wait_ready()
         worker.wait_ready()
-        gateway = GatewayProcess(model, [worker.address], logs / "gw.log", *GATEWAY_ARGS)
+        gateway = GatewayProcess(model, [worker.address], logs / "gw.log", *gateway_args)
         gateway.wait_ready()
         yield ApiStack(model, vllm.base_url, gateway.base_url, gateway, worker)
     finally:
@@ -56,22 +56,18 @@ def api_stack(tmp_path_factory) -> Iterator[ApiStack]:
 
 
 @pytest.fixture(scope="session")
+def api_stack(tmp_path_factory) -> Iterator[ApiStack]:
+    model = build_model(tmp_path_factory.mktemp("qwen3-api-tools") / "model")
+    logs = tmp_path_factory.mktemp("api-stack")
+    engine = {**PARSER_FLAGS, **ENGINE}
+    yield from serve_pair(model, logs, engine, SERVER_FLAGS, GATEWAY_ARGS)
+
+
+@pytest.fixture(scope="session")
 def vision_stack(vision_model, tmp_path_factory) -> Iterator[ApiStack]:
     """The same pair on the tiny Qwen2-VL model (no parsers): images through both APIs."""
     from tests.support.e2e_cases import MM_LIMITS
 
     logs = tmp_path_factory.mktemp("api-vision-stack")
     engine = {"limit_mm_per_prompt": MM_LIMITS, "max_model_len": 2048}
-    vllm = VllmServerProcess(vision_model, logs / "vllm.log", env=VLLM_ENV, **engine)
-    worker = WorkerProcess(vision_model, logs / "ours.log", **engine)
-    gateway = None
-    try:
-        vllm.wait_ready()
-        worker.wait_ready()
-        gateway = GatewayProcess(vision_model, [worker.address], logs / "gw.log")
-        gateway.wait_ready()
-        yield ApiStack(vision_model, vllm.base_url, gateway.base_url, gateway, worker)
-    finally:
-        for process in (gateway, worker, vllm):
-            if process is not None:
-                process.stop()
+    yield from serve_pair(vision_model, logs, engine, {})
