@@ -73,3 +73,16 @@ def test_the_hot_routes_are_the_generation_routes():
         "/v1/responses",
         "/v1/messages",
     }
+
+
+def test_metrics_and_traces_name_a_route_with_an_id_by_its_template():
+    from gateway.server.middleware import RouteNames
+
+    name = RouteNames([route.path for route in ROUTES])
+    assert name("/v1/chat/completions") == "/v1/chat/completions"
+    assert name("/v1/responses/resp_123") == "/v1/responses/{response_id}"
+    assert name("/v1/responses/resp_1/input_items") == "/v1/responses/{response_id}/input_items"
+    assert name("/v1/responses/resp_1/cancel") == "/v1/responses/{response_id}/cancel"
+    # never the path itself: an unknown one is "other", whatever it holds
+    assert name("/v1/responses/a/b") == "other"
+    assert name("/v1/nothing") == "other"
