@@ -115,9 +115,9 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.state.response_store = InMemoryResponseStore(config.responses_store, metrics)
     app.state.background = BackgroundRuns(admission)
     app.state.stored_responses = StoredResponses(app.state.response_store, app.state.background)
-    # The media cache lives with the processors (a new one when the model's files change: the
-    # items' hashes do not cover the model's own preprocessor config); /metrics reads the
-    # current one.
+    # The media cache lives with the processors (a new one when the model's files change: an
+    # item's hash covers the request's settings, not every family's whole preprocessor config);
+    # /metrics reads the current one.
     app.state.media_cache = None
     metrics.watch(MediaCacheCollector(lambda: app.state.media_cache))
     _exception_handlers(app)
