@@ -26,12 +26,12 @@ def _builders():
         llava_models,
         llava_onevision_models,
         pixtral_models,
-        qwen3_vl_models,
+        qwen35_models,
     )
 
     return {
         "qwen2_vl": lambda d, vision: vision,
-        "qwen3_vl": lambda d, _: qwen3_vl_models.build_model(d),
+        "qwen3_5": lambda d, _: qwen35_models.build_model(d, weights=False),
         "llava": lambda d, _: llava_models.build_model(d, "llava"),
         "llava_next": lambda d, _: llava_models.build_model(d, "llava_next"),
         "llava_onevision": lambda d, _: llava_onevision_models.build_model(d, weights=False),
