@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from multimodal.errors import MediaError
 from multimodal.hashing import item_hash, settings_fingerprint
-from multimodal.media import MediaPolicy, decode_sources
+from multimodal.media import MediaPolicy, decode_sources, pending_sources
 from multimodal.media_cache import MediaCache
 from multimodal.processors.base import (
     ItemProcessor,
@@ -28,7 +28,14 @@ from multimodal.processors.base import (
 from multimodal.processors.items import ItemShare, split_items
 from multimodal.processors.options import first_set
 from multimodal.prompt import Placeholders, Range, expand
-from multimodal.video import FRAME_LIST_FRAMES, FrameListSampling, load_video
+from multimodal.video import (
+    FRAME_LIST_FRAMES,
+    FrameListSampling,
+    FramePicker,
+    LoadedVideo,
+    VideoSource,
+    read_video,
+)
 from multimodal.wire import (
     FLOAT_DTYPES,
     Field,
@@ -63,12 +70,17 @@ def decode_items(
     settings: Any,
     policy: MediaPolicy,
     sampling: VideoSampling = NO_SAMPLING,
+    lazy: bool = False,
 ) -> list[LoadedItem]:
     """Blocking: one modality's sources decoded for `processor` (`downloaded`: the bytes of
     http(s) sources, None for the others): images as vLLM decodes them, videos with the
     frames the family's loader picks under `settings` (from `processor.resolve`) and the
-    request's `sampling`. A failure carries the item's index among them."""
+    request's `sampling`. A failure carries the item's index among them. `lazy`: only read
+    (and checked as far as that goes) now, decoded when their pixels are first asked for, so
+    that `prepare` never decodes an item the media cache holds."""
     if not isinstance(processor, VideoProcessor):
+        if lazy:
+            return list(pending_sources(sources, downloaded, policy))
         return list(decode_sources(sources, downloaded, policy))
     videos: list[LoadedItem] = []
     pick = _picker(processor, settings, sampling)
@@ -77,11 +89,44 @@ def decode_items(
     )
     for index, (source, raw) in enumerate(zip(sources, downloaded, strict=True)):
         try:
-            videos.append(load_video(source, raw, policy, pick, frame_list))
+            video = read_video(source, raw, policy)
+            if lazy:
+                videos.append(PendingVideo(video, pick, frame_list, index))
+            else:
+                videos.append(video.load(pick, frame_list))
         except MediaError as error:
             error.index, error.kind = index, "video"
             raise
     return videos
+
+
+class PendingVideo:
+    """A video read but not decoded (`decode_items(lazy=True)`): decoded on first use of its
+    pixels, a failure then carrying its index as `decode_items`' do."""
+
+    def __init__(
+        self, source: VideoSource, pick: FramePicker, frame_list: FrameListSampling, index: int
+    ) -> None:
+        self.source, self._pick, self._frame_list, self._index = source, pick, frame_list, index
+        self._loaded: LoadedVideo | None = None
+
+    @property
+    def data(self) -> bytes:
+        return self.source.data
+
+    @property
+    def loaded(self) -> LoadedVideo:
+        if self._loaded is None:
+            try:
+                self._loaded = self.source.load(self._pick, self._frame_list)
+            except MediaError as error:
+                error.index, error.kind = self._index, "video"
+                raise
+        return self._loaded
+
+    @property
+    def pixels(self) -> Any:
+        return self.loaded.pixels
 
 
 def _picker(processor: VideoProcessor, settings: Any, sampling: VideoSampling):

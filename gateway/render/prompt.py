@@ -36,10 +36,9 @@ from gateway.render.video_options import (
 )
 from gateway.render.worker_media import MmProcessing, download_items, media_refs
 from gateway.workers.tensor_transport import InlineTail, Tail, TensorTransport
-from multimodal.media import MediaPolicy, needs_download, pending_sources
+from multimodal.media import MediaPolicy, needs_download
 from multimodal.media_cache import MediaCache
 from multimodal.pipeline import LoadedItem, PixelEncoding, Prepared, decode_items, prepare
-from multimodal.processors.base import VideoProcessor
 from multimodal.registry import ModelProcessors
 from multimodal.wire import MODALITIES, Node, Piece, flatten
 from protos import vllm_engine_pb2 as pb
@@ -282,7 +281,7 @@ class PromptBuilder:
     ) -> tuple[list[LoadedItem], Prepared, list[Node], list[Piece]]:
         """Blocking: each modality's items decoded (a video's frames as its family's loader
         picks them) and preprocessed; the groups in the order their modalities first appear.
-        With the media cache, images are decoded only if the cache does not hold them; kept
+        With the media cache, items are decoded only if the cache does not hold them; kept
         items (`keep_items`: `mmgate preprocess` compares them with transformers) bypass it."""
         cache = None if keep_items else self.media_cache
         groups, loaded = [], []
@@ -290,13 +289,11 @@ class PromptBuilder:
             processor = self.processors.get(modality)
             ks = [k for k, item in enumerate(media) if item.modality == modality]
             sources, raw = [media[k].url for k in ks], [downloaded[k] for k in ks]
-            items: Sequence[LoadedItem]
-            if cache is not None and not isinstance(processor, VideoProcessor):
-                items = pending_sources(sources, raw, self.media_policy)
-            else:  # a video's frames depend on its sampling: decoded first, then hashed
-                items = decode_items(
-                    processor, sources, raw, processor.resolve(kwargs), self.media_policy, sampling
-                )
+            settings = processor.resolve(kwargs)
+            lazy = cache is not None  # read now, decoded only if the cache does not hold them
+            items = decode_items(
+                processor, sources, raw, settings, self.media_policy, sampling, lazy
+            )
             groups.append((processor, items))
             loaded += items
         prepared = prepare(groups, prompt_ids, kwargs, pixels, sampling, cache)

@@ -231,3 +231,48 @@ def test_metrics_read_the_current_cache():
         "mmgate_mm_cache_evictions_total 1.0",
         f"mmgate_mm_cache_bytes {2 * UNIT}.0",
     } <= lines
+
+
+# ---- videos: read first, decoded only on a miss ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory) -> list[str]:
+    from tests.support.video_e2e import data_uri, jpeg_frames, make_clip
+
+    tmp = tmp_path_factory.mktemp("clips")
+    clip = make_clip(tmp, "a.avi", 12, (64, 48), 4.0, "MJPG", 1)
+    return [data_uri(clip, "video/x-msvideo"), jpeg_frames(4, (56, 40), seed=2)]
+
+
+def _video_prepared(processor, uris, cache, lazy: bool):
+    from multimodal.pipeline import decode_items
+
+    settings = processor.resolve({})
+    items = decode_items(processor, uris, [None] * len(uris), settings, MediaPolicy(), lazy=lazy)
+    ids = [1] + [processor.anchor_token_id, 2] * len(uris)
+    return prepare([(processor, items)], ids, {}, RAW, cache=cache)
+
+
+def test_a_cached_video_is_not_decoded_again(vision_model, videos, monkeypatch):
+    from multimodal.video import VideoSource
+
+    processor = load_processor(vision_model, "video")
+    fresh = _video_prepared(processor, videos, None, lazy=False)
+    reversed_fresh = _video_prepared(processor, videos[::-1], None, lazy=False)
+    loads = []
+    real = VideoSource.load
+    monkeypatch.setattr(VideoSource, "load", lambda self, *a: loads.append(self) or real(self, *a))
+    cache = MediaCache(GIB)
+    assert_same(_video_prepared(processor, videos, cache, lazy=True), fresh)
+    assert len(loads) == 2 and cache.stats().misses == 2
+    assert_same(_video_prepared(processor, videos[::-1], cache, lazy=True), reversed_fresh)
+    assert len(loads) == 2 and cache.stats().hits == 2  # neither decoded again
+
+
+def test_a_bad_video_fails_with_its_index_when_it_is_decoded(vision_model, videos):
+    processor = load_processor(vision_model, "video")
+    bad = "data:video/mp4;base64," + base64.b64encode(b"\0\0\0\x18ftypmp42 not a clip").decode()
+    with pytest.raises(media.MediaError) as failed:
+        _video_prepared(processor, [videos[0], bad], MediaCache(GIB), lazy=True)
+    assert (failed.value.index, failed.value.kind) == (1, "video")
