@@ -259,7 +259,7 @@ def _through_cache(
         share = fresh.get(key) or cache.get(key)
         if share is None:
             processed = processor.process([item.pixels], settings, encoding.raw)
-            share = fresh[key] = split_items(processed)[0]
+            share = fresh[key] = split_items(processed, copy=False)[0]  # all of a batch of 1
             cache.put(key, share)
         shares.append(share)
     return processor.join(shares)

@@ -165,3 +165,19 @@ def test_join_refuses_items_of_different_layouts():
     b = ItemShare({"x": np.zeros(2)}, {"x": "batched"}, [1])
     with pytest.raises(ValueError, match="different layouts"):
         join_items([a, b])
+
+
+def test_shares_of_a_lone_item_view_its_arrays_unless_they_pin_more(processors):
+    processor = next(iter(processors.values()))
+    batch = processor.process(_items(processor)[:1], processor.defaults, True)
+    (share,) = split_items(batch, copy=False)
+    pixels = share.tensors["pixel_values"]
+    assert np.shares_memory(pixels, batch.tensors["pixel_values"]) and not pixels.flags.writeable
+    assert batch.tensors["pixel_values"].flags.writeable  # the processor's array is untouched
+    block = np.zeros(4 * pixels.size, pixels.dtype)  # a pooled output: a view of a larger block
+    carved = block[: pixels.size].reshape(pixels.shape)
+    carved[...] = pixels
+    batch.tensors["pixel_values"] = carved
+    (share,) = split_items(batch, copy=False)
+    assert not np.shares_memory(share.tensors["pixel_values"], block)
+    assert share.tensors["pixel_values"].tobytes() == pixels.tobytes()
