@@ -38,6 +38,7 @@ from multimodal.policy import DEFAULT_IMAGE_FORMATS, MediaPolicy, byte_limit_err
 __all__ = [
     "DEFAULT_IMAGE_FORMATS",
     "LoadedImage",
+    "PendingImage",
     "checked_sources",
     "MediaPolicy",
     "create_http_client",
@@ -48,6 +49,7 @@ __all__ = [
     "download_all",
     "load_image",
     "load_images",
+    "pending_sources",
     "needs_download",
     "source_bytes",
 ]
@@ -189,6 +191,49 @@ def decode_sources(
             exc.index = index
             raise
     return images
+
+
+class PendingImage:
+    """An image whose bytes are read (under the policy's rules) but not yet decoded: with the
+    media cache on, an item the cache holds is never decoded. Decodes on first use of its
+    pixels; a failure then carries its ``index`` as ``decode_sources``' do."""
+
+    def __init__(self, data: bytes, source_kind: str, policy: MediaPolicy, index: int) -> None:
+        self.data = data
+        self.source_kind = source_kind
+        self._policy = policy
+        self._index = index
+        self._loaded: LoadedImage | None = None
+
+    @property
+    def loaded(self) -> LoadedImage:
+        if self._loaded is None:
+            try:
+                self._loaded = _decoded(self.data, self.source_kind, self._policy)
+            except MediaError as exc:
+                exc.index = self._index
+                raise
+        return self._loaded
+
+    @property
+    def pixels(self) -> np.ndarray:
+        return self.loaded.pixels
+
+
+def pending_sources(
+    sources: Sequence[str], downloaded: Sequence[bytes | None], policy: MediaPolicy
+) -> list[PendingImage]:
+    """Blocking: each source's bytes, read and checked as ``decode_sources`` reads them, to be
+    decoded only if its pixels are needed; a failure carries its ``index``."""
+    pending = []
+    for index, (source, data) in enumerate(zip(sources, downloaded, strict=True)):
+        try:
+            raw, kind = source_bytes(source, data, policy)
+        except MediaError as exc:
+            exc.index = index
+            raise
+        pending.append(PendingImage(raw, kind, policy, index))
+    return pending
 
 
 async def _each_or_fail_fast(sources, policy, client, step, max_concurrency: int) -> list:

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 from multimodal.errors import MediaError
 from multimodal.hashing import item_hash, settings_fingerprint
-from multimodal.media import MediaPolicy, decode_sources
+from multimodal.media import MediaPolicy, decode_sources, pending_sources
+from multimodal.media_cache import MediaCache
 from multimodal.processors.base import (
     ItemProcessor,
     Modality,
@@ -24,9 +25,17 @@ from multimodal.processors.base import (
     VideoProcessor,
     VideoSampling,
 )
+from multimodal.processors.items import ItemShare, split_items
 from multimodal.processors.options import first_set
 from multimodal.prompt import Placeholders, Range, expand
-from multimodal.video import FRAME_LIST_FRAMES, FrameListSampling, load_video
+from multimodal.video import (
+    FRAME_LIST_FRAMES,
+    FrameListSampling,
+    FramePicker,
+    LoadedVideo,
+    VideoSource,
+    read_video,
+)
 from multimodal.wire import (
     FLOAT_DTYPES,
     Field,
@@ -61,12 +70,17 @@ def decode_items(
     settings: Any,
     policy: MediaPolicy,
     sampling: VideoSampling = NO_SAMPLING,
+    lazy: bool = False,
 ) -> list[LoadedItem]:
     """Blocking: one modality's sources decoded for `processor` (`downloaded`: the bytes of
     http(s) sources, None for the others): images as vLLM decodes them, videos with the
     frames the family's loader picks under `settings` (from `processor.resolve`) and the
-    request's `sampling`. A failure carries the item's index among them."""
+    request's `sampling`. A failure carries the item's index among them. `lazy`: only read
+    (and checked as far as that goes) now, decoded when their pixels are first asked for, so
+    that `prepare` never decodes an item the media cache holds."""
     if not isinstance(processor, VideoProcessor):
+        if lazy:
+            return list(pending_sources(sources, downloaded, policy))
         return list(decode_sources(sources, downloaded, policy))
     videos: list[LoadedItem] = []
     pick = _picker(processor, settings, sampling)
@@ -75,11 +89,44 @@ def decode_items(
     )
     for index, (source, raw) in enumerate(zip(sources, downloaded, strict=True)):
         try:
-            videos.append(load_video(source, raw, policy, pick, frame_list))
+            video = read_video(source, raw, policy)
+            if lazy:
+                videos.append(PendingVideo(video, pick, frame_list, index))
+            else:
+                videos.append(video.load(pick, frame_list))
         except MediaError as error:
             error.index, error.kind = index, "video"
             raise
     return videos
+
+
+class PendingVideo:
+    """A video read but not decoded (`decode_items(lazy=True)`): decoded on first use of its
+    pixels, a failure then carrying its index as `decode_items`' do."""
+
+    def __init__(
+        self, source: VideoSource, pick: FramePicker, frame_list: FrameListSampling, index: int
+    ) -> None:
+        self.source, self._pick, self._frame_list, self._index = source, pick, frame_list, index
+        self._loaded: LoadedVideo | None = None
+
+    @property
+    def data(self) -> bytes:
+        return self.source.data
+
+    @property
+    def loaded(self) -> LoadedVideo:
+        if self._loaded is None:
+            try:
+                self._loaded = self.source.load(self._pick, self._frame_list)
+            except MediaError as error:
+                error.index, error.kind = self._index, "video"
+                raise
+        return self._loaded
+
+    @property
+    def pixels(self) -> Any:
+        return self.loaded.pixels
 
 
 def _picker(processor: VideoProcessor, settings: Any, sampling: VideoSampling):
@@ -153,19 +200,23 @@ def prepare(
     kwargs: Mapping[str, Any],
     encoding: PixelEncoding,
     sampling: VideoSampling = NO_SAMPLING,
+    cache: MediaCache | None = None,
 ) -> Prepared:
     """`groups`: each modality's processor and its items in prompt order; `sampling`: the
-    request's video loader options the videos were decoded with (`decode_items`). CPU-bound:
+    request's video loader options the videos were decoded with (`decode_items`); `cache`:
+    items processed before, by hash (None: every item processed here). An item the cache
+    holds is neither processed nor (a `multimodal.media.PendingImage`) decoded. CPU-bound:
     callers on an event loop run it in a worker thread."""
     parts, placeholders = [], []
     for processor, items in groups:
         settings = processor.resolve(kwargs)
-        processed = processor.process([i.pixels for i in items], settings, encoding.raw)
-        options = dataclasses.asdict(settings)
-        if isinstance(processor, VideoProcessor) and sampling != NO_SAMPLING:
-            options["media_io"] = dataclasses.asdict(sampling)  # other frames, other tensors
-        fingerprint = settings_fingerprint(processor.family, options, encoding.name)
+        # The key is known before processing: the settings, not their output, go into it.
+        fingerprint = item_fingerprint(processor, settings, encoding, sampling)
         hashes = [item_hash(i.data, fingerprint) for i in items]
+        if cache is None:
+            processed = processor.process([i.pixels for i in items], settings, encoding.raw)
+        else:
+            processed = _through_cache(processor, items, hashes, settings, encoding, cache)
         parts.append(PreparedItems(processor.modality, processed, [], hashes))
         placeholders.append(
             Placeholders(processor.modality, processor.anchor_token_id, processed.replacements)
@@ -176,3 +227,39 @@ def prepare(
     for part, part_ranges in zip(parts, ranges):
         part.ranges = part_ranges
     return Prepared(ids, parts, None if encoding.raw else encoding.float_dtype)
+
+
+def item_fingerprint(
+    processor: ItemProcessor,
+    settings: Any,
+    encoding: PixelEncoding,
+    sampling: VideoSampling = NO_SAMPLING,
+) -> bytes:
+    """What besides its bytes makes an item's tensors: the family, the resolved settings (from
+    `processor.resolve`), a video's sampling and the pixel encoding."""
+    options = dataclasses.asdict(settings)
+    if isinstance(processor, VideoProcessor) and sampling != NO_SAMPLING:
+        options["media_io"] = dataclasses.asdict(sampling)  # other frames, other tensors
+    return settings_fingerprint(processor.family, options, encoding.name)
+
+
+def _through_cache(
+    processor: ItemProcessor,
+    items: Sequence[LoadedItem],
+    hashes: Sequence[str],
+    settings: Any,
+    encoding: PixelEncoding,
+    cache: MediaCache,
+) -> ProcessedItems:
+    """The items' batch from cached shares and, for the others, shares of each processed
+    alone (a share of a batch may carry the batch's padding), which the cache then keeps."""
+    shares: list[ItemShare] = []
+    fresh: dict[str, ItemShare] = {}  # an item repeated within the request: processed once
+    for item, key in zip(items, hashes):
+        share = fresh.get(key) or cache.get(key)
+        if share is None:
+            processed = processor.process([item.pixels], settings, encoding.raw)
+            share = fresh[key] = split_items(processed, copy=False)[0]  # all of a batch of 1
+            cache.put(key, share)
+        shares.append(share)
+    return processor.join(shares)

@@ -45,9 +45,11 @@ __all__ = [
     "FRAME_LIST_MIME",
     "LoadedVideo",
     "VideoInfo",
+    "VideoSource",
     "checked_video",
     "load_video",
     "probe_video",
+    "read_video",
     "sniff_container",
 ]
 
@@ -121,10 +123,36 @@ def load_video(
     """Blocking: the frames of one video source that `pick` chooses, decoded as vLLM's OpenCV
     loader decodes them, after the checks above. A frame list is taken as vLLM takes it: its
     first `frame_list.num_frames` frames (32) at `frame_list.fps` (1)."""
+    return read_video(source, raw, policy).load(pick, frame_list)
+
+
+@dataclass(frozen=True)
+class VideoSource:
+    """A video's bytes, read (and a frame list's frames checked) but nothing decoded: `data`
+    is what its hash covers, so the media cache can be asked before decoding."""
+
+    data: bytes  # a container's bytes, or a frame list's checked data URL
+    policy: MediaPolicy
+    frame_list: bool
+
+    def load(self, pick: FramePicker, sampling: FrameListSampling) -> LoadedVideo:
+        """Blocking: `load_video`'s decoding, from here."""
+        if self.frame_list:
+            return _decoded_frame_list(self.data.decode(), self.policy, sampling)
+        return _decoded_container(self.data, self.policy, pick)
+
+
+def read_video(source: str, raw: bytes | None, policy: MediaPolicy) -> VideoSource:
+    """Blocking: one video source's bytes under the policy's byte and path rules."""
     video_policy = policy.for_video()
     if raw is None and _is_frame_list(source):
-        return _decoded_frame_list(_checked_frame_list(source, video_policy), policy, frame_list)
+        checked = _checked_frame_list(source, video_policy)
+        return VideoSource(checked.encode(), policy, True)
     data, _ = source_bytes(source, raw, video_policy)
+    return VideoSource(data, policy, False)
+
+
+def _decoded_container(data: bytes, policy: MediaPolicy, pick: FramePicker) -> LoadedVideo:
     mime = sniff_container(data)
     if mime is None:
         raise MediaDecodeError(f"not a supported video container ({_CONTAINERS})", kind="video")

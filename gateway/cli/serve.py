@@ -153,6 +153,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)s)",
     )
     p.add_argument(
+        "--mm-processor-cache-gb",
+        type=_cache_gib,
+        default=4.0,
+        metavar="GIB",
+        help="preprocessed media items kept per gateway process, by a hash of their bytes and "
+        "every processor option, least recently used out first: a chat resending an image is "
+        "not decoded or preprocessed again; 0 disables (vLLM's flag and default: "
+        "%(default)s)",
+    )
+    p.add_argument(
         "--api-key",
         action="append",
         default=[],
@@ -363,6 +373,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _cache_gib(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):  # (refuses nan too)
+        raise argparse.ArgumentTypeError(f"must be a size of at least 0, got {text}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     import uvicorn
 
@@ -416,6 +433,7 @@ def main(argv: list[str]) -> int:
         max_concurrent_videos=args.max_concurrent_videos,
         max_mm_message_bytes=min(args.max_mm_message_mib * MIB, GRPC_MAX_MESSAGE_BYTES),
         trust_request_mm_kwargs=args.trust_request_mm_kwargs,
+        mm_processor_cache_gb=args.mm_processor_cache_gb,
         mm_processing=mm_processing_mode(args.mm_processing),
         tensor_transport=args.multimodal_tensor_transport,
         shm_min_bytes=args.multimodal_shm_min_bytes,

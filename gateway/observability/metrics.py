@@ -7,10 +7,14 @@ Worker state is read from the pool at scrape time, so it can never go stale.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from multimodal.media_cache import MediaCache
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -186,3 +190,29 @@ class GaugesFrom(Collector):
             for label_values, value in values.get(name, []):
                 family.add_metric(label_values, value)
             yield family
+
+
+class MediaCacheCollector(Collector):
+    """The preprocessed-media cache's counters (multimodal.media_cache), read at scrape time;
+    `current()` is the cache in use (None: off, or no model yet), so a cache replaced with the
+    services starts its counts again, as a restarted process would."""
+
+    def __init__(self, current: Callable[[], MediaCache | None]) -> None:
+        self.current = current
+
+    def collect(self) -> Iterator[Metric]:
+        cache = self.current()
+        stats = cache.stats() if cache is not None else None
+        counters = (
+            ("mmgate_mm_cache_hits", "media items the cache held (not decoded or preprocessed)"),
+            ("mmgate_mm_cache_misses", "media items the cache did not hold"),
+            ("mmgate_mm_cache_evictions", "items pushed out of the cache by newer ones"),
+        )
+        values = (stats.hits, stats.misses, stats.evictions) if stats else (0, 0, 0)
+        for (name, documentation), value in zip(counters, values):
+            yield CounterMetricFamily(name, documentation, value=value)
+        yield GaugeMetricFamily(
+            "mmgate_mm_cache_bytes",
+            "bytes of preprocessed items held (--mm-processor-cache-gb)",
+            value=stats.bytes if stats else 0,
+        )

@@ -37,6 +37,7 @@ from gateway.render.video_options import (
 from gateway.render.worker_media import MmProcessing, download_items, media_refs
 from gateway.workers.tensor_transport import InlineTail, Tail, TensorTransport
 from multimodal.media import MediaPolicy, needs_download
+from multimodal.media_cache import MediaCache
 from multimodal.pipeline import LoadedItem, PixelEncoding, Prepared, decode_items, prepare
 from multimodal.registry import ModelProcessors
 from multimodal.wire import MODALITIES, Node, Piece, flatten
@@ -111,6 +112,7 @@ class PromptBuilder:
         max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES,
         trust_request_mm_kwargs: bool = False,
         tensor_transport: TensorTransport | None = None,
+        media_cache: MediaCache | None = None,
     ) -> None:
         """`mm_processing`: who preprocesses media: the gateway where it has the model's
         processor and the worker otherwise ("auto"), only the gateway, or only the worker.
@@ -121,7 +123,8 @@ class PromptBuilder:
         (inline: a retry may go to a worker that does not share /dev/shm).
         `trust_request_mm_kwargs`: vLLM's flag; without it a request's `media_io_kwargs` is
         refused as vLLM refuses it (they change what loading a video costs).
-        `tensor_transport`: inline or through /dev/shm, per worker (None: always inline)."""
+        `tensor_transport`: inline or through /dev/shm, per worker (None: always inline).
+        `media_cache`: preprocessed items by hash (--mm-processor-cache-gb; None: off)."""
         self.renderer = renderer
         self.processors = processors
         self.media_policy = media_policy
@@ -132,6 +135,7 @@ class PromptBuilder:
         self.max_message_bytes = max_message_bytes
         self.trust_request_mm_kwargs = trust_request_mm_kwargs
         self.tensor_transport = tensor_transport
+        self.media_cache = media_cache
 
     def render(self, request: PromptRequest) -> RenderedChat:
         if request.chat_template is not None:
@@ -215,6 +219,7 @@ class PromptBuilder:
                     pixels,
                     rendered.token_ids,
                     sampling,
+                    keep_items,
                 )
         self._observe(fetched - started, time.perf_counter() - processing, len(rendered.media))
         self._check_message_size(fields)
@@ -272,24 +277,26 @@ class PromptBuilder:
         pixels: PixelEncoding,
         prompt_ids: Sequence[int],
         sampling: VideoSampling,
+        keep_items: bool = False,
     ) -> tuple[list[LoadedItem], Prepared, list[Node], list[Piece]]:
         """Blocking: each modality's items decoded (a video's frames as its family's loader
-        picks them) and preprocessed; the groups in the order their modalities first appear."""
+        picks them) and preprocessed; the groups in the order their modalities first appear.
+        With the media cache, items are decoded only if the cache does not hold them; kept
+        items (`keep_items`: `mmgate preprocess` compares them with transformers) bypass it."""
+        cache = None if keep_items else self.media_cache
         groups, loaded = [], []
         for modality in dict.fromkeys(item.modality for item in media):
             processor = self.processors.get(modality)
             ks = [k for k, item in enumerate(media) if item.modality == modality]
+            sources, raw = [media[k].url for k in ks], [downloaded[k] for k in ks]
+            settings = processor.resolve(kwargs)
+            lazy = cache is not None  # read now, decoded only if the cache does not hold them
             items = decode_items(
-                processor,
-                [media[k].url for k in ks],
-                [downloaded[k] for k in ks],
-                processor.resolve(kwargs),
-                self.media_policy,
-                sampling,
+                processor, sources, raw, settings, self.media_policy, sampling, lazy
             )
             groups.append((processor, items))
             loaded += items
-        prepared = prepare(groups, prompt_ids, kwargs, pixels, sampling)
+        prepared = prepare(groups, prompt_ids, kwargs, pixels, sampling, cache)
         nodes = prepared.request_nodes()
         return loaded, prepared, nodes, flatten(nodes)
 

@@ -33,7 +33,7 @@ from gateway.api.responses.retrieval import StoredResponses
 from gateway.api.responses.service import ResponsesService
 from gateway.api.tokenize import TokenizeService
 from gateway.errors import MmgateError, error_response
-from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.metrics import GatewayMetrics, MediaCacheCollector
 from gateway.observability.tracing import configure as configure_tracing
 from gateway.playground.routes import playground_routes
 from gateway.render.bundle import unpack_bundle
@@ -58,6 +58,7 @@ from gateway.workers.pool import WorkerPool
 from gateway.workers.tensor_transport import TensorTransport
 from gateway.workers.worker import WorkerFacts
 from multimodal.fetch import create_http_client
+from multimodal.media_cache import MediaCache
 from multimodal.registry import processors_for
 
 RETRY_BUILD_SECONDS = 5.0
@@ -114,6 +115,11 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app.state.response_store = InMemoryResponseStore(config.responses_store, metrics)
     app.state.background = BackgroundRuns(admission)
     app.state.stored_responses = StoredResponses(app.state.response_store, app.state.background)
+    # The media cache lives with the processors (a new one when the model's files change: an
+    # item's hash covers the request's settings, not every family's whole preprocessor config);
+    # /metrics reads the current one.
+    app.state.media_cache = None
+    metrics.watch(MediaCacheCollector(lambda: app.state.media_cache))
     _exception_handlers(app)
     install_routes(app)
     if config.playground:
@@ -180,6 +186,7 @@ def _services(
         if "image" not in processors.by_modality:
             _log_fallback(files.config.get("model_type"), config.mm_processing, pool)
     renderer = ChatRenderer(files, placeholders, chat_template=config.chat_template)
+    state.media_cache = MediaCache.from_gib(config.mm_processor_cache_gb)
     prompts = PromptBuilder(
         renderer,
         processors,
@@ -191,6 +198,7 @@ def _services(
         config.max_mm_message_bytes,
         config.trust_request_mm_kwargs,
         TensorTransport(config.tensor_transport, config.shm_min_bytes, metrics),
+        state.media_cache,
     )
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)

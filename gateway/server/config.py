@@ -44,6 +44,9 @@ class GatewayConfig:
     max_concurrent_videos: int | None = None  # videos preprocessed at once; None: half the cores
     max_mm_message_bytes: int = (1 << 31) - 1  # a request's tensors on the wire (gRPC's cap)
     trust_request_mm_kwargs: bool = False  # vLLM's: per-request media_io_kwargs allowed
+    # Preprocessed items kept per process (multimodal.media_cache); 0: none. vLLM's default:
+    # a chat resending 2 Qwen3-VL images (640x480, 1280x960: 37 MB of float32) keeps ~100.
+    mm_processor_cache_gb: float = 4.0
     mm_processing: MmProcessing = "auto"
     # Tensors through /dev/shm to workers sharing it (auto), never (inline) or always (shm),
     # those of at least shm_min_bytes (gateway.workers.tensor_transport).

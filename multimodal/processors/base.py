@@ -15,13 +15,16 @@ import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
 from multimodal.errors import MmgateError
 from multimodal.processors.options import NoOptions, OptionError, parse_options
 from multimodal.prompt import Range
+
+if TYPE_CHECKING:
+    from multimodal.processors.items import ItemShare
 
 Modality = Literal["image", "video", "audio"]
 
@@ -143,6 +146,14 @@ class ItemProcessor(ABC):
         it. Most families leave it as expanded; Gemma 3 fuses the newline tokens its
         replacements put next to the prompt's."""
         return ids, ranges
+
+    def join(self, shares: Sequence[ItemShare]) -> ProcessedItems:
+        """The batch `process` gives for the items whose shares (`multimodal.processors.items`)
+        these are, in this order. Families whose layout depends on the batch override it."""
+        # Imported here: items builds on this module (ProcessedItems).
+        from multimodal.processors.items import join_items
+
+        return join_items(shares)
 
     @abstractmethod
     def process(self, items: Sequence[Any], settings: Any, raw_pixels: bool) -> ProcessedItems:

@@ -46,6 +46,7 @@ from multimodal.processors.base import (
     VideoProcessor,
     VideoSampling,
 )
+from multimodal.processors.items import ItemShare
 from multimodal.processors.options import OptionError
 from multimodal.processors.qwen_vl import video_smart_resize as shared_video_smart_resize
 from multimodal.processors.transforms import (
@@ -176,11 +177,7 @@ class Glm4vVideoProcessor(VideoProcessor):
         self, clips: Sequence[DecodedClip], settings: Glm4vVideoSettings, raw_pixels: bool
     ) -> ProcessedItems:
         s = settings
-        if len(clips) > 1:  # vLLM's supported limit for the model, whatever the server's
-            raise MmgateError(
-                "At most 1 video(s) may be provided in one prompt (GLM-4.1V takes one)",
-                param="messages",
-            )
+        _check_one_clip(len(clips))
         patches, grids, replacements = [], [], []
         for clip in clips:
             frames, seconds = self._frames_and_seconds(clip, s)
@@ -201,6 +198,10 @@ class Glm4vVideoProcessor(VideoProcessor):
             replacements=replacements,
             embed_token_id=self.tokens.image,
         )
+
+    def join(self, shares: Sequence[ItemShare]) -> ProcessedItems:
+        _check_one_clip(len(shares))  # a cached clip may meet another here, not in `process`
+        return super().join(shares)
 
     def finish_prompt(
         self, ids: list[int], ranges: list[list[Range]]
@@ -322,3 +323,11 @@ def _too_few(count: int, s: Glm4vVideoSettings) -> str:
         f"GLM-4.1V samples {count} frame(s) of this video at 2 fps and needs at least "
         f"{s.temporal_patch_size}; send a clip of at least one second"
     )
+
+
+def _check_one_clip(count: int) -> None:
+    if count > 1:  # vLLM's supported limit for the model, whatever the server's
+        raise MmgateError(
+            "At most 1 video(s) may be provided in one prompt (GLM-4.1V takes one)",
+            param="messages",
+        )

@@ -47,6 +47,7 @@ from multimodal.processors.base import (
     VideoProcessor,
     VideoSampling,
 )
+from multimodal.processors.items import ItemShare
 from multimodal.processors.llava import TowerSettings, family_matches, tower_settings
 from multimodal.processors.llava_next import AnyresSettings, LlavaNextProcessor, unpadded_features
 from multimodal.processors.llava_next import _pinpoints as _checked_pinpoints
@@ -185,15 +186,7 @@ class LlavaOnevisionVideoProcessor(VideoProcessor):
     def process(
         self, clips: Sequence[DecodedClip], settings: Any, raw_pixels: bool
     ) -> ProcessedItems:
-        if len({len(clip.indices) for clip in clips}) > 1:
-            # vLLM 0.32 hands videos of different lengths to the model as a list, whose
-            # embeddings it returns 3-D: its engine core dies on them. Refused instead.
-            raise MmgateError(
-                "the videos of one request must have the same number of frames after "
-                f"sampling for {self.title} (at most {DEFAULT_NUM_FRAMES}; these have "
-                f"{[len(clip.indices) for clip in clips]})",
-                param="messages",
-            )
+        self._check_frame_counts([len(clip.indices) for clip in clips])
         first = self.pixels.resize_and_crop(clips[0].frames[0])
         shape = (len(clips), len(clips[0].indices), 3, *first.shape[:2])
         # From the native pool: a float32 batch of 32 frames is ~57 MB, which would otherwise
@@ -207,6 +200,22 @@ class LlavaOnevisionVideoProcessor(VideoProcessor):
             batched_keys=("pixel_values",),
             replacements=[[self.video_token_id] * tokens for _ in clips],
         )
+
+    def join(self, shares: Sequence[ItemShare]) -> ProcessedItems:
+        # Cached clips meet new ones here, not in `process`: the same refusal.
+        self._check_frame_counts([len(s.tensors["pixel_values"]) for s in shares])
+        return super().join(shares)
+
+    def _check_frame_counts(self, counts: list[int]) -> None:
+        if len(set(counts)) > 1:
+            # vLLM 0.32 hands videos of different lengths to the model as a list, whose
+            # embeddings it returns 3-D: its engine core dies on them. Refused instead.
+            raise MmgateError(
+                "the videos of one request must have the same number of frames after "
+                f"sampling for {self.title} (at most {DEFAULT_NUM_FRAMES}; these have "
+                f"{counts})",
+                param="messages",
+            )
 
     def _frames(self, frames: np.ndarray, raw_pixels: bool, out: np.ndarray) -> None:
         """(N, H, W, 3) uint8 into `out` (N, 3, h, w): uint8 when raw, else normalized

@@ -44,6 +44,7 @@ from multimodal.processors.base import (
     ModelConfigs,
     ProcessedItems,
 )
+from multimodal.processors.items import ItemShare
 from multimodal.processors.options import NoOptions, option
 from multimodal.processors.pixels import PixelPipeline, PixelSettings
 from multimodal.processors.transforms import (
@@ -195,6 +196,14 @@ class Mistral3Processor(ItemProcessor):
             replacements=[image_tokens(h // side, w // side, *self._tokens) for h, w in sizes],
             embed_token_id=self.settings.image_token_id,
         )
+
+    def join(self, shares: Sequence[ItemShare]) -> ProcessedItems:
+        # The layout depends on the batch: padded and cut by extents only when ragged.
+        joined = super().join(shares)
+        ragged = len({tuple(s.tensors[SIZES_KEY].tolist()) for s in shares}) > 1
+        joined.batched_keys = (SIZES_KEY,) if ragged else ("pixel_values", SIZES_KEY)
+        joined.flat_keys = {"pixel_values": SIZES_KEY} if ragged else {}
+        return joined
 
     @property
     def _tokens(self) -> tuple[int, int, int]:

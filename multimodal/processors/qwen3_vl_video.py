@@ -20,6 +20,7 @@ Qwen3VLVideoProcessor tensors, and the timestamped replacement vLLM's processor 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from multimodal.processors.base import (
     VideoProcessor,
     VideoSampling,
 )
+from multimodal.processors.items import ItemShare
 from multimodal.processors.options import OptionError
 from multimodal.processors.qwen_vl import video_smart_resize as shared_video_smart_resize
 from multimodal.processors.transforms import (
@@ -248,6 +250,22 @@ class Qwen3VLVideoProcessor(VideoProcessor):
             embed_token_id=m.video_token_id,
         )
 
+    def join(self, shares: Sequence[ItemShare]) -> ProcessedItems:
+        # Timestamps are batched when the clips have one frame count, flat otherwise (as
+        # `process` lays them out): each share is brought to a lone clip's layout first.
+        alone = [_as_lone_clip(s) for s in shares]
+        joined = super().join(alone)
+        stamps = [s.tensors["timestamps"] for s in alone]
+        if len({len(t) for t in stamps}) > 1:
+            joined.tensors["timestamps"] = np.concatenate(stamps)
+            joined.tensors["frames_per_video"] = np.asarray([len(t) for t in stamps], np.int64)
+            joined.flat_keys = {"pixel_values": SIZES_KEY, "timestamps": "frames_per_video"}
+            joined.batched_keys = ("video_grid_thw", SIZES_KEY, "frames_per_video")
+        else:
+            joined.flat_keys = {"pixel_values": SIZES_KEY}
+            joined.batched_keys = ("video_grid_thw", SIZES_KEY, "timestamps")
+        return joined
+
     def _sampled(
         self, clip: DecodedClip, settings: Qwen3VideoSettings
     ) -> tuple[np.ndarray, list[int], float]:
@@ -304,3 +322,13 @@ def _video_config(files: ModelConfigs) -> Mapping[str, Any]:
 def _token(files: ModelConfigs, key: str, text: str) -> int:
     value = files.config.get(key)
     return files.vocab[text] if value is None else value
+
+
+def _as_lone_clip(share: ItemShare) -> ItemShare:
+    """A share as `process` lays out a batch of one clip: batched timestamps, no frame count."""
+    if "frames_per_video" not in share.kinds:
+        return share
+    tensors = {k: v for k, v in share.tensors.items() if k != "frames_per_video"}
+    kinds = {k: v for k, v in share.kinds.items() if k != "frames_per_video"}
+    kinds["timestamps"] = "batched"
+    return dataclasses.replace(share, tensors=tensors, kinds=kinds)

@@ -64,6 +64,31 @@ def test_data_uri_and_allow_listed_url_equal_vllm(
         gateway.stop()
 
 
+def _metric(gateway, name: str) -> float:
+    for line in httpx.get(f"{gateway.base_url}/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not on /metrics")
+
+
+def test_a_resent_image_hits_the_media_cache_and_still_equals_vllm(
+    vision_model, worker, expected, tmp_path_factory
+):
+    """The second turn's image comes from the cache (not decoded, not preprocessed): the same
+    text as vLLM's; with the cache off, none is kept."""
+    data_uri = "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)).decode()
+    for flags, hits in (((), 2), (("--mm-processor-cache-gb", "0"), 0)):
+        gateway = gateway_for(vision_model, worker, tmp_path_factory, *flags)
+        try:
+            for _ in range(3):
+                assert ask(gateway, data_uri).choices[0].message.content == expected
+            assert _metric(gateway, "mmgate_mm_cache_hits_total") == hits
+            assert _metric(gateway, "mmgate_mm_cache_misses_total") == (1 if hits else 0)
+            assert (_metric(gateway, "mmgate_mm_cache_bytes") > 0) == bool(hits)
+        finally:
+            gateway.stop()
+
+
 def test_images_through_the_grpcio_client_equal_vllm(
     vision_model, worker, expected, tmp_path_factory
 ):

@@ -47,3 +47,17 @@ def test_tensor_transport_flags_are_smg_s(tmp_path, capsys):
     with pytest.raises(SystemExit):  # SMG's rdma lane is not ours
         build_parser().parse_args([*base, "--multimodal-tensor-transport", "rdma"])
     assert "invalid choice: 'rdma'" in capsys.readouterr().err
+
+
+def test_the_media_cache_flag_is_vllm_s(tmp_path, capsys):
+    from gateway.cli.serve import build_parser
+
+    base = ["--model", str(tmp_path), "--worker", "grpc://127.0.0.1:1"]
+    parser = build_parser()
+    assert parser.parse_args(base).mm_processor_cache_gb == 4.0  # vLLM's default
+    assert parser.parse_args([*base, "--mm-processor-cache-gb", "0"]).mm_processor_cache_gb == 0
+    assert parser.parse_args([*base, "--mm-processor-cache-gb", "0.5"]).mm_processor_cache_gb == 0.5
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*base, "--mm-processor-cache-gb", bad])
+    assert "--mm-processor-cache-gb" in capsys.readouterr().err
