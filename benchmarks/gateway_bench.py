@@ -285,9 +285,12 @@ def mock_worker_cmd(model: Path, port: int, capture_dir: Path, config: BenchConf
 
 
 def ours_cmd(model: Path, worker: str, port: int) -> list[str]:
+    # No media cache: the load sends one image again and again, which a cache would answer
+    # from memory; this table measures each request's own preprocessing, as SMG (no pixel
+    # cache by default) does it.
     return [
         str(VENV_BIN / "mmgate"), "serve", "--model", str(model),
-        "--worker", f"grpc://{worker}", "--port", str(port),
+        "--worker", f"grpc://{worker}", "--port", str(port), "--mm-processor-cache-gb", "0",
     ]  # fmt: skip
 
 
