@@ -60,6 +60,10 @@ def engine_cli_args(kwargs: dict[str, Any]) -> list[str]:
     return args
 
 
+# vLLM's server keeps responses only with this set (otherwise `store` is silently false).
+RESPONSES_STORE_ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
+
+
 class WorkerProcess:
     """`mmgate engine` in a subprocess; ready once HealthCheck answers healthy."""
 

@@ -15,8 +15,7 @@ import base64
 import httpx
 import pytest
 
-from tests.support.e2e_cases import IMAGE, png_bytes
-from tests.support.engines import VllmServerProcess, WorkerProcess
+from tests.support.e2e_cases import IMAGE, QWEN2VL_LIMITS, png_bytes
 from tests.support.gateway_process import GatewayProcess
 from tests.support.video_e2e import (
     REFERENCE_NAME,
@@ -32,7 +31,6 @@ from tests.support.video_e2e import (
     video,
 )
 
-LIMITS = {"image": 2, "video": 2}
 MAX_VIDEO_BYTES = 500_000  # the auto gateway's --max-video-bytes
 
 
@@ -53,21 +51,9 @@ def clips(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def engines(vision_model, tmp_path_factory):
-    logs = tmp_path_factory.mktemp("video-engines")
-    # room for the clip past the frame cap: 384 temporal patches of 4 tokens
-    common = {"limit_mm_per_prompt": LIMITS, "max_model_len": 2048}
-    started = {
-        "vllm": VllmServerProcess(
-            vision_model, logs / "vllm.log", **common, trust_request_mm_kwargs=True
-        ),
-        "ours": WorkerProcess(vision_model, logs / "ours.log", mm_processor="inprocess", **common),
-    }
-    try:
-        yield {name: engine.wait_ready() for name, engine in started.items()}
-    finally:
-        for engine in started.values():
-            engine.stop()
+def engines(qwen2vl_pair):
+    """The session's Qwen2-VL pair (tests/e2e/gateway/conftest.py), limits QWEN2VL_LIMITS."""
+    return {"vllm": qwen2vl_pair.vllm, "ours": qwen2vl_pair.ours}
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +120,7 @@ def test_a_video_over_the_byte_limit_is_a_400(path, clips, gateways, vision_mode
 
 @pytest.mark.parametrize("path", PATHS)
 def test_more_videos_than_the_limit_is_a_400(path, clips, gateways, vision_model):
-    content = [video(clips["mp4"])] * (LIMITS["video"] + 1)
+    content = [video(clips["mp4"])] * (QWEN2VL_LIMITS["video"] + 1)
     reply = chat(gateways[path].base_url, str(vision_model), content)
     assert reply.status_code == 400, reply.text
     assert "At most 2 video(s)" in error_of(reply)

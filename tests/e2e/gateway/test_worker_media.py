@@ -10,12 +10,10 @@ import grpc
 import httpx
 import openai
 import pytest
-from vllm import SamplingParams
 
 from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
-from tests.support.e2e_cases import IMAGE, MM_LIMITS, ask, chat_prompt, make_image, png_bytes
-from tests.support.engines import ReferenceEngine, serve_worker
+from tests.support.e2e_cases import IMAGE, ask, chat_prompt, make_image, png_bytes
 from tests.support.gateway_process import GatewayProcess, read_chat_stream
 from tests.support.http_files import serve_bytes
 
@@ -27,14 +25,9 @@ def data_uri(image) -> str:
 
 
 @pytest.fixture(scope="module")
-def worker(vision_model, tmp_path_factory):
-    yield from serve_worker(
-        vision_model,
-        tmp_path_factory,
-        "media-worker",
-        limit_mm_per_prompt=MM_LIMITS,
-        mm_processor="inprocess",
-    )
+def worker(qwen2vl_pair):
+    """The session's `mmgate engine --mm-processor inprocess` (tests/e2e/gateway/conftest.py)."""
+    return qwen2vl_pair.ours
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +50,12 @@ def gateways(vision_model, worker, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def expected(vision_model):
-    from transformers import AutoProcessor
-
-    processor = AutoProcessor.from_pretrained(vision_model)
-    reference = ReferenceEngine(vision_model, limit_mm_per_prompt=MM_LIMITS)
-    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
-    try:
-        return {
-            count: reference.generate(
-                {
-                    "prompt": chat_prompt(processor, images),
-                    "multi_modal_data": {"image": images if len(images) > 1 else images[0]},
-                },
-                params,
-                f"ref-{count}",
-            )
-            for count, images in ((1, [IMAGE]), (2, [IMAGE, WIDE]))
-        }
-    finally:
-        reference.close()
+def expected(qwen2vl_pair):
+    """vLLM's own server's answers to one image and to two of different sizes."""
+    return {
+        count: ask(qwen2vl_pair.vllm, *(data_uri(image) for image in images))
+        for count, images in ((1, [IMAGE]), (2, [IMAGE, WIDE]))
+    }
 
 
 def test_the_worker_advertises_media_refs(worker, gateways):
@@ -96,8 +75,8 @@ def test_worker_side_processing_equals_vllm_and_the_gateway_s_own(gateways, expe
     urls = [data_uri(image) for image in images]
     for mode, gateway in gateways.items():
         reply = ask(gateway, *urls)
-        assert reply.choices[0].message.content == want.outputs[0].text, mode
-        assert reply.usage.prompt_tokens == len(want.prompt_token_ids), mode
+        assert reply.choices[0].message.content == want.choices[0].message.content, mode
+        assert reply.usage.prompt_tokens == want.usage.prompt_tokens, mode
 
 
 def test_a_streamed_answer_counts_the_prompt_the_worker_expanded(gateways, expected):
@@ -116,8 +95,8 @@ def test_a_streamed_answer_counts_the_prompt_the_worker_expanded(gateways, expec
         extra_body={"ignore_eos": True},
     )
     text, finish, usage, _ = read_chat_stream(stream)
-    assert (text, finish) == (expected[1].outputs[0].text, "length")
-    assert usage.prompt_tokens == len(expected[1].prompt_token_ids)
+    assert (text, finish) == (expected[1].choices[0].message.content, "length")
+    assert usage.prompt_tokens == expected[1].usage.prompt_tokens
 
 
 def test_the_gateway_fetches_and_checks_before_forwarding(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engines import VllmServerProcess, WorkerProcess
+from tests.support.engines import RESPONSES_STORE_ENV, VllmServerProcess, WorkerProcess
 from tests.support.gateway_process import GatewayProcess
 from tests.support.qwen3_tools_model import (
     ENGINE,
@@ -21,9 +21,6 @@ from tests.support.qwen3_tools_model import (
     SERVER_FLAGS,
     build_model,
 )
-
-# vLLM keeps responses only with this set (otherwise `store` is silently false).
-VLLM_ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ def serve_pair(
 ) -> Iterator[ApiStack]:
     """vLLM's server (`engine` and `server` flags, its store on) and mmgate in front of our
     worker (`engine` flags), for a fixture to yield from."""
-    vllm = VllmServerProcess(model, logs / "vllm.log", env=VLLM_ENV, **engine, **server)
+    vllm = VllmServerProcess(model, logs / "vllm.log", env=RESPONSES_STORE_ENV, **engine, **server)
     worker = WorkerProcess(model, logs / "ours.log", **engine)
     gateway = None
     try:
@@ -64,10 +61,13 @@ def api_stack(tmp_path_factory) -> Iterator[ApiStack]:
 
 
 @pytest.fixture(scope="session")
-def vision_stack(vision_model, tmp_path_factory) -> Iterator[ApiStack]:
-    """The same pair on the tiny Qwen2-VL model (no parsers): images through both APIs."""
-    from tests.support.e2e_cases import MM_LIMITS
-
-    logs = tmp_path_factory.mktemp("api-vision-stack")
-    engine = {"limit_mm_per_prompt": MM_LIMITS, "max_model_len": 2048}
-    yield from serve_pair(vision_model, logs, engine, {})
+def vision_stack(vision_model, qwen2vl_pair, tmp_path_factory) -> Iterator[ApiStack]:
+    """The shared tiny Qwen2-VL pair (no parsers) with a gateway: images through both APIs."""
+    log = tmp_path_factory.mktemp("api-vision-stack") / "gw.log"
+    gateway = GatewayProcess(vision_model, [qwen2vl_pair.ours.address], log).wait_ready()
+    try:
+        yield ApiStack(
+            vision_model, qwen2vl_pair.vllm.base_url, gateway.base_url, gateway, qwen2vl_pair.ours
+        )
+    finally:
+        gateway.stop()
