@@ -15,7 +15,8 @@ MM_LIMITS = {"image": 4, "video": 1}  # the vision workers' --limit-mm-per-promp
 # The shared Qwen2-VL pair (tests/e2e/gateway/conftest.py): room for two videos and four
 # images; 2048 holds the clip past vLLM's frame cap (384 temporal patches of 4 tokens).
 QWEN2VL_LIMITS = {"image": 4, "video": 2}
-QWEN2VL_ENGINE = {"limit_mm_per_prompt": QWEN2VL_LIMITS, "max_model_len": 2048}
+QWEN2VL_CONTEXT = 2048  # the tiny model's max_position_embeddings
+QWEN2VL_ENGINE = {"limit_mm_per_prompt": QWEN2VL_LIMITS, "max_model_len": QWEN2VL_CONTEXT}
 # The system and user turns the text tests chat with.
 MESSAGES = [
     {"role": "system", "content": "You are terse."},

@@ -3,7 +3,10 @@ against vLLM: vLLM's own OpenAI server (the reference: its HF processor in proce
 Responses store on, request-level processor kwargs trusted) and `mmgate engine --mm-processor
 inprocess` (takes preprocessed tensors and `media_refs` both). Session scope: an engine start
 costs ~40 s on two cores, and the image, video, worker-media and API modules need the same
-pair. Each module starts its own gateways on it (a gateway starts in about a second)."""
+pair. Each module starts its own gateways on it (a gateway starts in about a second).
+
+And one plain `mmgate engine` on it (no worker-side processor) for the image and playground
+modules."""
 
 from __future__ import annotations
 
@@ -12,8 +15,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.support.e2e_cases import QWEN2VL_ENGINE
-from tests.support.engines import RESPONSES_STORE_ENV, VllmServerProcess, WorkerProcess
+from tests.support.e2e_cases import MM_LIMITS, QWEN2VL_CONTEXT, QWEN2VL_ENGINE
+from tests.support.engines import (
+    RESPONSES_STORE_ENV,
+    VllmServerProcess,
+    WorkerProcess,
+    serve_worker,
+)
 
 
 @dataclass(frozen=True)
@@ -42,3 +50,15 @@ def qwen2vl_pair(vision_model, tmp_path_factory) -> Iterator[EnginePair]:
     finally:
         ours.stop()
         vllm.stop()
+
+
+@pytest.fixture(scope="session")
+def qwen2vl_worker(vision_model, tmp_path_factory) -> Iterator[WorkerProcess]:
+    """`mmgate engine` on the tiny Qwen2-VL that takes preprocessed tensors only."""
+    yield from serve_worker(
+        vision_model,
+        tmp_path_factory,
+        "qwen2vl-worker",
+        limit_mm_per_prompt=MM_LIMITS,
+        max_model_len=QWEN2VL_CONTEXT,
+    )

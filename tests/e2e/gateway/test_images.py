@@ -10,10 +10,8 @@ import grpc
 import httpx
 import openai
 import pytest
-from vllm import SamplingParams
 
-from tests.support.e2e_cases import IMAGE, MM_LIMITS, ask, chat_prompt, make_image, png_bytes
-from tests.support.engines import ReferenceEngine, serve_worker
+from tests.support.e2e_cases import IMAGE, MM_LIMITS, QWEN2VL_CONTEXT, ask, make_image, png_bytes
 from tests.support.gateway_process import GatewayProcess
 from tests.support.http_files import serve_bytes
 
@@ -25,10 +23,9 @@ def image_server():
 
 
 @pytest.fixture(scope="module")
-def worker(vision_model, tmp_path_factory):
-    yield from serve_worker(
-        vision_model, tmp_path_factory, "gw-vision", limit_mm_per_prompt=MM_LIMITS
-    )
+def worker(qwen2vl_worker):
+    """The session's plain Qwen2-VL worker (tests/e2e/gateway/conftest.py)."""
+    return qwen2vl_worker
 
 
 def gateway_for(vision_model, worker, tmp_path_factory, *extra):
@@ -37,17 +34,10 @@ def gateway_for(vision_model, worker, tmp_path_factory, *extra):
 
 
 @pytest.fixture(scope="module")
-def expected(vision_model):
-    from transformers import AutoProcessor
-
-    processor = AutoProcessor.from_pretrained(vision_model)
-    reference = ReferenceEngine(vision_model, limit_mm_per_prompt=MM_LIMITS)
-    try:
-        prompt = {"prompt": chat_prompt(processor, [IMAGE]), "multi_modal_data": {"image": IMAGE}}
-        params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
-        return reference.generate(prompt, params, "gw-ref").outputs[0].text
-    finally:
-        reference.close()
+def expected(qwen2vl_pair) -> str:
+    """vLLM's own server's greedy answer to the image."""
+    data_uri = "data:image/png;base64," + base64.b64encode(png_bytes(IMAGE)).decode()
+    return ask(qwen2vl_pair.vllm, data_uri).choices[0].message.content
 
 
 def test_data_uri_and_allow_listed_url_equal_vllm(
@@ -148,7 +138,6 @@ def test_bad_processor_options_are_400s_naming_the_key(vision_model, worker, tmp
 
 def test_tokenize_with_images_equals_vllm(vision_model, worker, tmp_path_factory):
     """/tokenize expands each image into its placeholder tokens exactly as vLLM's does."""
-    from tests.support.engines import MAX_MODEL_LEN
     from tests.support.vllm_tokenize import VllmTokenization
 
     wide = make_image(300, 90, seed=5)
@@ -163,7 +152,7 @@ def test_tokenize_with_images_equals_vllm(vision_model, worker, tmp_path_factory
     ]
     body = {"messages": [{"role": "user", "content": content}], "return_token_strs": True}
     reference = VllmTokenization(
-        vision_model, max_model_len=MAX_MODEL_LEN, limit_mm_per_prompt=MM_LIMITS
+        vision_model, max_model_len=QWEN2VL_CONTEXT, limit_mm_per_prompt=MM_LIMITS
     )
     want = reference.tokenize(body)
     gateway = gateway_for(vision_model, worker, tmp_path_factory)

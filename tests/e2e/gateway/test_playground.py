@@ -26,8 +26,7 @@ import pytest
 from protos import vllm_engine_pb2 as pb
 from tests.support import IMAGES_DIR
 from tests.support.browser import Browser
-from tests.support.e2e_cases import MM_LIMITS, make_image, png_bytes
-from tests.support.engines import serve_worker
+from tests.support.e2e_cases import QWEN2VL_CONTEXT, make_image, png_bytes
 from tests.support.gateway_process import GatewayProcess
 from tests.support.video_e2e import make_clip, video
 
@@ -36,7 +35,7 @@ PHOTO = IMAGES_DIR / "square.jpg"
 QUESTION = "What is in this picture?"
 SYSTEM = "You are a careful observer."
 # Room for an answer long enough to be stopped half-way (the tiny model rarely ends early).
-CONTEXT = 2048  # the tiny model's max_position_embeddings
+CONTEXT = QWEN2VL_CONTEXT  # the session worker's max_model_len
 LONG_ANSWER = 1900
 STATS = re.compile(
     r"(\d+) prompt \+ (\d+) completion tokens · first token \d+ ms · [\d.]+ tokens/s"
@@ -45,14 +44,9 @@ STATS = re.compile(
 
 
 @pytest.fixture(scope="module")
-def worker(vision_model, tmp_path_factory):
-    yield from serve_worker(
-        vision_model,
-        tmp_path_factory,
-        "playground-worker",
-        limit_mm_per_prompt=MM_LIMITS,
-        max_model_len=CONTEXT,
-    )
+def worker(qwen2vl_worker):
+    """The session's plain Qwen2-VL worker (tests/e2e/gateway/conftest.py), CONTEXT long."""
+    return qwen2vl_worker
 
 
 @pytest.fixture(scope="module")
