@@ -127,7 +127,8 @@ class GatewayMetrics:
 
         self.send_once_hits = Counter(
             "mmgate_mm_send_once_hits",
-            "media items left out of a request because the worker's item cache held them",
+            "media items (every occurrence) left out of a request because the worker's item "
+            "cache held them",
             registry=r,
         )
         self.send_once_bytes_saved = Counter(

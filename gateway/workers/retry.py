@@ -106,7 +106,7 @@ class RetryingGenerate:
             return
         plan.confirm()
         if self.metrics is not None and plan.cached:
-            self.metrics.send_once_hits.inc(len(plan.cached))
+            self.metrics.send_once_hits.inc(plan.saved_items)
             self.metrics.send_once_bytes_saved.inc(plan.saved_bytes)
 
     def _missed(self, error: grpc.aio.AioRpcError, attempt: Attempt | None) -> bool:

@@ -68,6 +68,7 @@ class Plan:
     store: tuple[str, ...] = ()
     evict: tuple[str, ...] = ()
     saved_bytes: int = 0  # the tensors left out, every occurrence
+    saved_items: int = 0  # the items left out, every occurrence
     entries: dict[str, _Entry] = field(default_factory=dict)
     settled: bool = False
 
@@ -119,7 +120,8 @@ class ItemMirror:
                     entry.pins += 1
                     plan.entries[key] = entry
                     listed += 1
-        plan.saved_bytes = sum(size for key, size in items if key in plan.entries)
+        left_out = [size for key, size in items if key in plan.entries]
+        plan.saved_items, plan.saved_bytes = len(left_out), sum(left_out)
         for key, size in sizes.items():
             if key in self.entries or size > self.max_bytes or listed >= MAX_LISTED:
                 continue  # pending or evicting elsewhere: sent in full, not kept again
