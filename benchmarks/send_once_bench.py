@@ -3,7 +3,8 @@
     python -m benchmarks.send_once_bench [--requests 20]
 
 A 640x480 and a 1280x960 image, preprocessed by the gateway's Qwen2-VL processor into float32
-(the tiny Qwen2-VL's processor settings: 37 MB of tensors for the pair), go to a gRPC server
+with Qwen2-VL's own max_pixels (12845056, as mm_processor_kwargs: the tiny test model's config
+caps images far lower) -- 37 MB of tensors for the pair -- go to a gRPC server
 in a child process that does what `mmgate engine`'s Generate does before its engine sees
 the request: grpc.aio receives and parses the message, and `build_mm_prompt` (in a worker
 thread, as the servicer runs it) turns the tensors into vLLM's items, or, for a request
@@ -24,6 +25,7 @@ import sys
 from typing import Any
 
 SERVICE = "vllm.grpc.engine.VllmEngine"
+QWEN2_VL_MAX_PIXELS = 12845056  # Qwen2-VL's preprocessor_config.json
 
 
 def _cpu() -> float:
@@ -35,6 +37,7 @@ def _serve(port_queue: Any) -> None:
     import grpc
     import torch
 
+    from engine_server.errors import CacheMissError
     from engine_server.mm_inputs import PixelContract, build_mm_prompt
     from engine_server.mm_item_cache import ItemCache
     from engine_server.servicer import prompt_items
@@ -54,7 +57,10 @@ def _serve(port_queue: Any) -> None:
 
     async def generate(request: Any, context: Any):
         call = extensions.item_cache_call(context.invocation_metadata())
-        await asyncio.to_thread(prompt, request, call)
+        try:
+            await asyncio.to_thread(prompt, request, call)
+        except CacheMissError as error:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
         yield pb.GenerateResponse(complete=pb.GenerateComplete(finish_reason="stop"))
 
     async def cpu(request: Any, context: Any) -> Any:
@@ -103,9 +109,11 @@ def _prepared() -> Any:
     messages = [{"role": "user", "content": [*content, {"type": "text", "text": "Describe."}]}]
     rendered = ChatRenderer(files, processors.placeholders).render(messages)
     processor = processors.get("image")
-    items = decode_items(processor, uris, [None, None], processor.defaults, MediaPolicy())
+    kwargs = {"max_pixels": QWEN2_VL_MAX_PIXELS}
+    settings = processor.resolve(kwargs)
+    items = decode_items(processor, uris, [None, None], settings, MediaPolicy())
     encoding = PixelEncoding(raw=False, float_dtype="float32")
-    return prepare([(processor, items)], rendered.token_ids, {}, encoding)
+    return prepare([(processor, items)], rendered.token_ids, kwargs, encoding)
 
 
 async def _measure(port: int, requests: int) -> dict[str, float]:
