@@ -17,9 +17,11 @@ to evict. An entry's life:
   failed); never left out nor kept again until a message for the request carrying the
   eviction arrives.
 
-Bytes of every entry, in any state, count against the worker's advertised bound; so whatever
-order the worker applies requests in, it holds at most what the mirror counts, and it never
-has to drop an item by itself. Guarantee: an item left out is held by the worker unless the
+Bytes of every entry, in any state, count against the worker's advertised bound, except that a
+request may keep items in the room its own evictions make (the worker applies a request's
+evictions before its keeps); so whatever order the worker applies requests in, it stays within
+its bound and never has to drop an item by itself (tests/unit/gateway/workers/test_send_once.py
+checks this against the worker's real cache over random arrival orders and failures). Guarantee: an item left out is held by the worker unless the
 worker restarted, its cache was flushed (FlushCache), or it dropped one by itself (a keep the
 mirror lost track of: a call cancelled while the worker built its prompt). Each of these is
 answered by FAILED_PRECONDITION naming every missing item: the mirror forgets them (or, for
