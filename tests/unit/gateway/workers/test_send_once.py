@@ -142,3 +142,23 @@ def test_the_safety_net_recovers_a_keep_the_mirror_lost():
     assert keep_c.cached == ("c",)
     with pytest.raises(CacheMissError):  # ...but the worker never received it with keep
         worker.lookup(keep_c.call)
+
+
+def test_admin_workers_shows_the_mirror():
+    import asyncio
+
+    from gateway.server.admin import describe
+    from gateway.workers.worker import Worker
+    from protos.extensions import ItemCacheInfo
+
+    async def listed() -> list:
+        worker = Worker("grpc://127.0.0.1:1")
+        try:
+            plain = describe(worker)["mm_item_cache"]
+            worker.reset_items(ItemCacheInfo(1000, "life"))
+            worker.mm_items.plan([("a", 300)]).confirm()
+            return [plain, describe(worker)["mm_item_cache"]]
+        finally:
+            await worker.close()
+
+    assert asyncio.run(listed()) == [None, {"max_bytes": 1000, "bytes": 300, "items": 1}]
