@@ -21,12 +21,14 @@ Bytes of every entry, in any state, count against the worker's advertised bound,
 request may keep items in the room its own evictions make (the worker applies a request's
 evictions before its keeps); so whatever order the worker applies requests in, it stays within
 its bound and never has to drop an item by itself (tests/unit/gateway/workers/test_send_once.py
-checks this against the worker's real cache over random arrival orders and failures). Guarantee: an item left out is held by the worker unless the
-worker restarted, its cache was flushed (FlushCache), or it dropped one by itself (a keep the
-mirror lost track of: a call cancelled while the worker built its prompt). Each of these is
-answered by FAILED_PRECONDITION naming every missing item: the mirror forgets them (or, for
-another life of the cache, everything) and the request is sent again in full to the same
-worker, once (`RetryingGenerate`).
+checks this against the worker's real cache over random arrival orders and failures).
+
+Guarantee: an item left out is held by the worker unless the worker restarted, its cache was
+flushed (FlushCache), or it dropped one by itself (a keep the mirror lost track of: a call
+cancelled while the worker built its prompt). Each of these is answered by FAILED_PRECONDITION
+naming every missing item: the mirror forgets them (or, for another life of the cache,
+everything) and the request is sent again in full to the same worker, once
+(`RetryingGenerate`).
 """
 
 from __future__ import annotations
