@@ -10,7 +10,10 @@ worker: one chunk per token and then a Complete repeating the last delta (or one
 with every token when `stream` is off), `--token-interval` seconds apart when streamed; with
 `--stats-file` it keeps counts of calls begun, finished and cancelled. Multimodal inputs are
 accepted and ignored (shared memory segments are unlinked, as the real worker does once it
-has read them).
+has read them). With `--mm-item-cache-mb N` it advertises an item cache of N MiB (send each
+image once, protos/extensions.py) and honours it as `mmgate engine` does: it keeps the
+hashes it is told to keep, drops those it is told to drop, and refuses a request leaving out
+an item it does not hold (FAILED_PRECONDITION naming them), without keeping any tensor.
 
 The response bytes are serialized once per (prompt length, token count, stream) and cached,
 so the worker costs as little CPU per request as grpc.aio allows. Requests whose id contains
@@ -34,7 +37,7 @@ from typing import Any
 import grpc
 
 from engine_server.tokenizer_bundle import TokenizerBundle, chunks
-from protos import common_pb2
+from protos import common_pb2, extensions
 from protos import vllm_engine_pb2 as pb
 
 SERVICE = "vllm.grpc.engine.VllmEngine"
@@ -140,6 +143,51 @@ def final_messages(tokens: list[int], prompt_tokens: int, finish: str) -> list[b
     return [pb.GenerateResponse(complete=done).SerializeToString()]
 
 
+class ItemHashes:
+    """The item cache's bookkeeping without the items (engine_server/mm_item_cache.py's rules):
+    each kept hash with its share of its batch's tensor bytes, bounded by `max_bytes`."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.instance = max_bytes, os.urandom(8).hex()
+        self.sizes: dict[str, int] = {}  # insertion order: least recently used first
+        self.used = 0
+
+    def info(self) -> extensions.ItemCacheInfo:
+        return extensions.ItemCacheInfo(self.max_bytes, self.instance)
+
+    def miss(self, call: extensions.ItemCacheCall) -> extensions.CacheMiss | None:
+        missing = [h for h in dict.fromkeys(call.cached) if h not in self.sizes]
+        if call.instance != self.instance:
+            missing = list(dict.fromkeys(call.cached))
+        return extensions.CacheMiss(self.instance, tuple(missing)) if missing else None
+
+    def update(self, call: extensions.ItemCacheCall, request: pb.GenerateRequest) -> None:
+        if call.instance != self.instance:
+            return
+        for key in call.evict:
+            self.used -= self.sizes.pop(key, 0)
+        sizes = _sent_item_bytes(request, set(call.cached))
+        for key in call.store:
+            size = sizes.get(key, 0)
+            self.used -= self.sizes.pop(key, 0)
+            while self.sizes and self.used + size > self.max_bytes:
+                self.used -= self.sizes.pop(next(iter(self.sizes)))
+            self.sizes[key] = size
+            self.used += size
+
+
+def _sent_item_bytes(request: pb.GenerateRequest, cached: set[str]) -> dict[str, int]:
+    sizes = {}
+    batches = [request.mm_inputs] if request.HasField("mm_inputs") else []
+    for batch in [*batches, *request.extra_mm_inputs]:
+        sent = [h for h in batch.mm_hashes if h not in cached]
+        tensors = [batch.pixel_values, *batch.model_specific_tensors.values()]
+        total = sum(len(t.inline) or t.shm.nbytes for t in tensors)
+        for key in sent:
+            sizes[key] = total // max(1, len(sent))
+    return sizes
+
+
 def prompt_length(request: pb.GenerateRequest) -> int:
     if request.WhichOneof("input") == "tokenized":
         return len(request.tokenized.input_ids)
@@ -156,7 +204,9 @@ class MockEngine:
         capture_dir: Path | None,
         token_interval: float = 0.0,
         stats_file: Path | None = None,
+        item_cache_bytes: int = 0,
     ) -> None:
+        """`item_cache_bytes`: the item cache advertised and honoured (0: none)."""
         self.model_dir = model_dir
         self.token_interval = token_interval  # seconds between streamed tokens (0: none)
         self.stats_file = stats_file
@@ -170,6 +220,7 @@ class MockEngine:
         self.active = 0
         self.served = 0
         self._replies: dict[tuple[int, int, bool], list[bytes]] = {}
+        self.items = ItemHashes(item_cache_bytes) if item_cache_bytes > 0 else None
 
     # ---- generation ----
 
@@ -180,6 +231,16 @@ class MockEngine:
         finished = False
         try:
             self._inspect(request)
+            call = extensions.item_cache_call(context.invocation_metadata())
+            if call is not None:
+                miss = self.items.miss(call) if self.items is not None else None
+                if self.items is None and call.cached:
+                    miss = extensions.CacheMiss("", call.cached)
+                if miss is not None:
+                    code = grpc.StatusCode.FAILED_PRECONDITION
+                    await context.abort(code, extensions.cache_miss_message(miss))
+                if self.items is not None:
+                    self.items.update(call, request)
             for i, message in enumerate(self._reply(request)):
                 if i and self.token_interval and request.stream:
                     await asyncio.sleep(self.token_interval)
@@ -240,6 +301,13 @@ class MockEngine:
 
     async def get_server_info(self, request: Any, context: Any) -> pb.GetServerInfoResponse:
         vision = self.info.supports_vision
+        if self.items is not None and vision:
+            context.set_trailing_metadata(
+                (
+                    *extensions.capabilities_metadata([extensions.MM_ITEM_CACHE]),
+                    *extensions.item_cache_metadata(self.items.info()),
+                )
+            )
         return pb.GetServerInfoResponse(
             active_requests=self.active,
             last_receive_timestamp=self.last_receive,
@@ -334,13 +402,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="keep Generate counts (started, finished, cancelled, active) in this JSON file",
     )
+    p.add_argument(
+        "--mm-item-cache-mb",
+        type=float,
+        default=0.0,
+        help="advertise and honour an item cache of this many MiB, as `mmgate engine "
+        "--mm-processor-cache-gb` does (send each image once; 0: none, the default)",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     engine = MockEngine(
-        args.model, args.output_tokens, args.capture_dir, args.token_interval, args.stats_file
+        args.model,
+        args.output_tokens,
+        args.capture_dir,
+        args.token_interval,
+        args.stats_file,
+        int(args.mm_item_cache_mb * (1 << 20)),
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(engine, args.host, args.port))

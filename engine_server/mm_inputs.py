@@ -6,18 +6,27 @@ have: one field config per tensor (batched / flat with a sizes tensor / shared; 
 sizes tensor has a row of extents per item is a padded batch, each item cut back to its own
 shape, as vLLM's Pixtral processors hand images over), placeholder ranges with an embedding
 mask when they hold structural tokens, and one hash per item.
+
+Items a sender left out (`cached`: the worker's item cache, engine_server/mm_item_cache.py)
+have a placeholder and a hash but no share of the batch's tensors, which then hold only the
+items sent: the batch is laid out for those, and the cached items are put back in place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import blake3
 import torch
 from transformers import BatchFeature
 from vllm.inputs.engine import MultiModalInput, mm_input
-from vllm.multimodal.inputs import MultiModalFieldConfig, MultiModalKwargsItems, PlaceholderRange
+from vllm.multimodal.inputs import (
+    MultiModalFieldConfig,
+    MultiModalKwargsItem,
+    MultiModalKwargsItems,
+    PlaceholderRange,
+)
 
 from engine_server.errors import InvalidRequest
 from engine_server.tensors import tensor_from_proto
@@ -41,6 +50,7 @@ class _Batch:
     fields: dict[str, MultiModalFieldConfig]
     placeholders: list[PlaceholderRange]
     hashes: list[str]
+    omitted: list[bool]  # per item: left out of the tensors, taken from the cache
 
 
 SlotCheck = Callable[[MultiModalKwargsItems, dict[str, list[PlaceholderRange]]], None]
@@ -55,9 +65,14 @@ def build_mm_prompt(
     text: str | None = None,
     check_slots: SlotCheck | None = None,
     modality_of: ModalityMap = str,
+    cached: Mapping[str, MultiModalKwargsItem] | None = None,
 ) -> MultiModalInput:
+    """`cached`: items by hash that the request left out of its tensors."""
     ids = torch.tensor(prompt_ids, dtype=torch.int64)
-    decoded = [_decode_batch(b, i, ids, contract, modality_of) for i, b in enumerate(batches)]
+    cached = cached or {}
+    decoded = [
+        _decode_batch(b, i, ids, contract, modality_of, cached) for i, b in enumerate(batches)
+    ]
     hf_dict: dict[str, torch.Tensor] = {}
     fields: dict[str, MultiModalFieldConfig] = {}
     for batch in decoded:
@@ -72,6 +87,9 @@ def build_mm_prompt(
     # Already tensors (no conversion asked): a ragged batch's items are a list of them.
     features = BatchFeature(hf_dict)
     mm_kwargs = MultiModalKwargsItems.from_hf_inputs(features, fields)
+    for batch in decoded:
+        if any(batch.omitted):
+            mm_kwargs[batch.modality] = _with_cached(batch, mm_kwargs.get(batch.modality), cached)
     hashes = {b.modality: b.hashes or _content_hashes(mm_kwargs, b.modality) for b in decoded}
     placeholders = {b.modality: b.placeholders for b in decoded}
     _check_overlaps(placeholders)
@@ -81,15 +99,33 @@ def build_mm_prompt(
 
 
 def _decode_batch(
-    batch, index: int, ids: torch.Tensor, contract: PixelContract, modality_of: ModalityMap
+    batch,
+    index: int,
+    ids: torch.Tensor,
+    contract: PixelContract,
+    modality_of: ModalityMap,
+    cached: Mapping[str, MultiModalKwargsItem],
 ) -> _Batch:
     where = "mm_inputs" if index == 0 else f"extra_mm_inputs[{index - 1}]"
     modality = modality_of("video" if batch.modality == common_pb2.VIDEO else "image")
     if batch.modality not in (common_pb2.MODALITY_UNSPECIFIED, common_pb2.IMAGE, common_pb2.VIDEO):
         raise InvalidRequest(f"{where}.modality: only image and video are supported")
-    num_items = len(batch.mm_placeholders)
-    if num_items == 0:
+    if not batch.mm_placeholders:
         raise InvalidRequest(f"{where}.mm_placeholders: a multimodal batch needs one per item")
+    if batch.mm_hashes and len(batch.mm_hashes) != len(batch.mm_placeholders):
+        raise InvalidRequest(
+            f"{where}.mm_hashes: {len(batch.mm_hashes)} hashes for "
+            f"{len(batch.mm_placeholders)} placeholders"
+        )
+    omitted = [h in cached for h in batch.mm_hashes] or [False] * len(batch.mm_placeholders)
+    # The tensors hold the items sent, laid out as a batch of those alone.
+    num_items = omitted.count(False)
+    if num_items == 0:
+        if batch.HasField("pixel_values") or batch.model_specific_tensors:
+            raise InvalidRequest(f"{where}: tensors sent for a batch of cached items only")
+        return _Batch(
+            modality, {}, {}, _placeholders(batch, ids, where), list(batch.mm_hashes), omitted
+        )
     if not batch.HasField("pixel_values"):
         raise InvalidRequest(f"{where}.pixel_values: missing (pixel-less batches need remote KV)")
     primary = batch.encoder_input_key if batch.HasField("encoder_input_key") else PRIMARY_KEY
@@ -105,17 +141,27 @@ def _decode_batch(
         if key in wire and _is_extents(wire.get(sizes_key)):
             name = _engine_key(key, modality)
             tensors[name] = _unpadded(key, tensors[name], sizes_key, wire, batch, num_items, where)
-    if batch.mm_hashes and len(batch.mm_hashes) != num_items:
-        raise InvalidRequest(
-            f"{where}.mm_hashes: {len(batch.mm_hashes)} hashes for {num_items} placeholders"
-        )
     return _Batch(
         modality,
         tensors,
         {_engine_key(k, modality): f for k, f in fields.items()},
         _placeholders(batch, ids, where),
         list(batch.mm_hashes),
+        omitted,
     )
+
+
+def _with_cached(
+    batch: _Batch,
+    sent: Sequence[MultiModalKwargsItem] | None,
+    cached: Mapping[str, MultiModalKwargsItem],
+) -> list[MultiModalKwargsItem]:
+    """The batch's items in prompt order: each sent one decoded, each left-out one cached."""
+    fresh = iter(sent or ())
+    items = [cached[h] if out else next(fresh) for h, out in zip(batch.hashes, batch.omitted)]
+    if next(fresh, None) is not None:
+        raise InvalidRequest("mm_inputs: the tensors hold more items than were sent")
+    return items
 
 
 def _engine_key(key: str, modality: str) -> str:

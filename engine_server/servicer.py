@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -15,10 +16,11 @@ from vllm import PoolingParams
 from vllm.inputs.engine import tokens_input
 
 from engine_server import model_info, tracing
-from engine_server.errors import InvalidRequest, status_for
+from engine_server.errors import CacheMissError, InvalidRequest, status_for
 from engine_server.media_refs import FLAG as MM_PROCESSOR_FLAG
 from engine_server.media_refs import MediaRefProcessor
 from engine_server.mm_inputs import PixelContract, build_mm_prompt
+from engine_server.mm_item_cache import GIB, ItemCache
 from engine_server.mm_slots import EmbeddingSlots
 from engine_server.outputs import final_responses, stream_responses
 from engine_server.sampling import (
@@ -54,6 +56,11 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             model_dtype=self.model_config.dtype,
         )
         self.slots = EmbeddingSlots(engine)
+        # Send-once (protos/extensions.py, MM_ITEM_CACHE): items kept by hash, bounded by
+        # vLLM's --mm-processor-cache-gb, whose budget counts a copy in this (the API) process
+        # as vLLM's own cache does; 0 turns it off. Prompts are built in threads: one lock.
+        self.items = item_cache(self.model_config)
+        self._items_lock = threading.Lock()
         self.start_time = time.time()
         self.last_receive = 0.0
         self.draining = False
@@ -73,7 +80,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         try:
             prepare = tracing.start_child("mmgate.engine.prepare", call)
             try:
-                prompt = await self._prompt(request)
+                prompt = await self._prompt(request, extensions.item_cache_call(metadata))
             finally:
                 tracing.finish(prepare)
             params = sampling_params_from_proto(
@@ -111,7 +118,10 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             self.in_flight.pop(request_id, None)
             tracing.finish(call, failure)
 
-    async def _prompt(self, request: pb.GenerateRequest) -> Any:
+    async def _prompt(
+        self, request: pb.GenerateRequest, items: extensions.ItemCacheCall | None = None
+    ) -> Any:
+        """`items`: what the call tells the item cache (None: nothing, every item in full)."""
         batches = [request.mm_inputs] if request.HasField("mm_inputs") else []
         batches += list(request.extra_mm_inputs)
         if request.HasField("media_refs"):
@@ -122,7 +132,11 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         if batches and kind != "tokenized":
             raise InvalidRequest("mm_inputs: multimodal requests need tokenized input")
         if batches:
-            return await asyncio.to_thread(self._mm_prompt, request.tokenized, batches, request)
+            return await asyncio.to_thread(
+                self._mm_prompt, request.tokenized, batches, request, items
+            )
+        if items is not None and items.cached:
+            raise InvalidRequest(f"{extensions.CACHED_ITEMS}: the request has no media items")
         tok_params = self._tok_params(request.sampling_params)
         if kind == "text":
             prompt: dict = {"prompt": request.text}
@@ -164,7 +178,13 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             return defaults
         return dataclasses.replace(defaults, truncate_prompt_tokens=params.truncate_prompt_tokens)
 
-    def _mm_prompt(self, tokenized: pb.TokenizedInput, batches: list, request) -> Any:
+    def _mm_prompt(
+        self,
+        tokenized: pb.TokenizedInput,
+        batches: list,
+        request,
+        items: extensions.ItemCacheCall | None = None,
+    ) -> Any:
         ids = list(tokenized.input_ids)
         max_len = self.model_config.max_model_len
         if truncate_prompt(ids, request.sampling_params, max_len) != ids:
@@ -174,9 +194,30 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             )
         self._check_ids(ids)
         self._check_item_limits(batches)
-        return build_mm_prompt(
-            ids, batches, self.contract, tokenized.original_text, self.slots.check, self._modality
+        cached = self._cached_items(items)
+        prompt = build_mm_prompt(
+            ids,
+            batches,
+            self.contract,
+            tokenized.original_text,
+            self.slots.check,
+            self._modality,
+            cached,
         )
+        if items is not None and self.items is not None:
+            with self._items_lock:
+                self.items.update(items, prompt_items(prompt))
+        return prompt
+
+    def _cached_items(self, items: extensions.ItemCacheCall | None) -> dict[str, Any]:
+        """The items the call left out, from the cache; a miss refuses the whole request
+        (FAILED_PRECONDITION naming every missing item) before the cache changes."""
+        if items is None or not items.cached:
+            return {}
+        if self.items is None:
+            raise CacheMissError(extensions.CacheMiss("", tuple(dict.fromkeys(items.cached))))
+        with self._items_lock:
+            return self.items.lookup(items)
 
     def _check_item_limits(self, batches: list) -> None:
         if not self.model_config.is_multimodal_model:
@@ -262,9 +303,12 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             info.mm_media_ref_schemes = self.media.schemes
             info.mm_processor_source = self.media_source
         # mmgate's additions beyond the proto (protos/extensions.py), for our gateway.
-        context.set_trailing_metadata(
-            extensions.capabilities_metadata(model_info.capabilities(self.engine.vllm_config))
-        )
+        names = model_info.capabilities(self.engine.vllm_config)
+        cache = ()
+        if self.items is not None:
+            names.add(extensions.MM_ITEM_CACHE)
+            cache = extensions.item_cache_metadata(self.items.info)
+        context.set_trailing_metadata((*extensions.capabilities_metadata(names), *cache))
         return info
 
     async def GetLoads(self, request, context) -> pb.GetLoadsResponse:
@@ -291,6 +335,10 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
     # ---- admin ----
 
     async def FlushCache(self, request, context) -> common_pb2.FlushCacheResponse:
+        # The item cache too: a sender's mirror then finds out by a miss, and resends.
+        if self.items is not None:
+            with self._items_lock:
+                self.items.clear()
         ok = await self.engine.reset_prefix_cache()
         message = "prefix cache flushed" if ok else "requests are running; cache not flushed"
         return common_pb2.FlushCacheResponse(success=bool(ok), message=message)
@@ -322,6 +370,24 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         else:
             log.info("%s %s rejected (%s): %s", rpc, request_id, code.name, message)
         await context.abort(code, message)
+
+
+def item_cache(model_config: Any) -> ItemCache | None:
+    """The send-once item cache for a multimodal model, None when --mm-processor-cache-gb
+    is 0."""
+    if not model_config.is_multimodal_model:
+        return None
+    size = int(model_config.get_multimodal_config().mm_processor_cache_gb * GIB)
+    return ItemCache(size) if size > 0 else None
+
+
+def prompt_items(prompt: Any) -> dict[str, Any]:
+    """A built multimodal prompt's items by hash."""
+    items = {}
+    for modality, hashes in (prompt.get("mm_hashes") or {}).items():
+        for key, item in zip(hashes, prompt["mm_kwargs"].get(modality, ())):
+            items[key] = item
+    return items
 
 
 def thinking_budget(metadata: Any) -> int | None:

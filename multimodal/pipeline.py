@@ -179,15 +179,15 @@ class Prepared:
         tensors instead of copying them (appended to the request's own serialized fields)."""
         return flatten(self.request_nodes())
 
-    def request_nodes(self) -> list[Node]:
+    def request_nodes(self, tensors: Sequence[ProcessedItems] | None = None) -> list[Node]:
         """`request_fields` before `flatten`: each attempt at a worker flattens them with its
-        own tensor transport (fresh /dev/shm segments, or inline)."""
+        own tensor transport (fresh /dev/shm segments, or inline). `tensors`: per part, the
+        batch whose tensors are sent instead of the part's own (some items left out, for a
+        worker that holds them: gateway/workers/send_once.py)."""
+        batches = tensors if tensors is not None else [p.processed for p in self.parts]
         return [
-            Field(
-                number,
-                multimodal_nodes(p.processed, p.ranges, p.hashes, self.float_dtype, p.modality),
-            )
-            for number, p in zip(self._field_numbers(), self.parts)
+            Field(number, multimodal_nodes(b, p.ranges, p.hashes, self.float_dtype, p.modality))
+            for number, p, b in zip(self._field_numbers(), self.parts, batches)
         ]
 
     def _field_numbers(self) -> list[int]:

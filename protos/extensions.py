@@ -13,6 +13,7 @@ nothing, and a request needing an addition is refused rather than run without it
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # GetServerInfo trailing metadata: the additions this worker applies, comma-separated.
@@ -53,3 +54,103 @@ def thinking_token_budget(metadata: Sequence[tuple[str, Any]] | None) -> int | N
                 raise ValueError(f"{THINKING_TOKEN_BUDGET} must be a non-negative integer")
             return int(text)
     return None
+
+
+# ---- send each item once (issue 29): the worker keeps preprocessed items by hash ----
+# Its capability name in CAPABILITIES; GetServerInfo's trailing metadata then also carries the
+# cache's byte bound and the id of this cache's life (a new one after a restart), so that the
+# gateway notices a worker whose cache is empty however it came back.
+MM_ITEM_CACHE = "mm_item_cache"
+MM_CACHE_BYTES = "mmgate-mm-cache-bytes"
+MM_CACHE_INSTANCE = "mmgate-mm-cache-instance"
+# Generate call metadata, comma-separated item hashes (the wire's mm_hashes). CACHED_ITEMS:
+# items whose tensors this request leaves out (the worker takes them from its cache); STORE:
+# items sent in full that the worker is to keep; EVICT: items the worker is to drop. The
+# instance says which cache life the sender's mirror describes.
+CACHED_ITEMS = "mmgate-cached-items"
+MM_STORE = "mmgate-mm-store"
+MM_EVICT = "mmgate-mm-evict"
+# The worker's answer when a request names cached items it does not hold (or mirrors another
+# cache life): FAILED_PRECONDITION with this message, which names them all (the gateway's own
+# gRPC client reads status messages, not trailing metadata).
+MM_CACHE_MISS = "mmgate-mm-cache-miss"
+
+
+@dataclass(frozen=True)
+class ItemCacheInfo:
+    """A worker's advertised item cache: its byte bound and this life's id."""
+
+    max_bytes: int
+    instance: str
+
+
+@dataclass(frozen=True)
+class ItemCacheCall:
+    """What a Generate call tells the worker's item cache."""
+
+    instance: str
+    cached: tuple[str, ...] = ()
+    store: tuple[str, ...] = ()
+    evict: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CacheMiss:
+    """A worker's refusal: these items are not in its cache, whose life is `instance`."""
+
+    instance: str
+    missing: tuple[str, ...]
+
+
+def item_cache_metadata(info: ItemCacheInfo) -> tuple[tuple[str, str], ...]:
+    """GetServerInfo's trailing metadata for the cache (next to CAPABILITIES)."""
+    return ((MM_CACHE_BYTES, str(info.max_bytes)), (MM_CACHE_INSTANCE, info.instance))
+
+
+def item_cache_info(metadata: Sequence[tuple[str, Any]] | None) -> ItemCacheInfo | None:
+    """The advertised cache, None unless the worker advertised the capability with a bound."""
+    values = {k: v for k, v in metadata or () if isinstance(v, str)}
+    size, instance = values.get(MM_CACHE_BYTES, ""), values.get(MM_CACHE_INSTANCE, "")
+    if MM_ITEM_CACHE not in capabilities(metadata) or not (size.isascii() and size.isdigit()):
+        return None
+    return ItemCacheInfo(int(size), instance) if int(size) > 0 and instance else None
+
+
+def item_cache_call_metadata(call: ItemCacheCall) -> tuple[tuple[str, str], ...]:
+    out = [(MM_CACHE_INSTANCE, call.instance)]
+    for key, hashes in (
+        (CACHED_ITEMS, call.cached),
+        (MM_STORE, call.store),
+        (MM_EVICT, call.evict),
+    ):
+        if hashes:
+            out.append((key, ",".join(hashes)))
+    return tuple(out)
+
+
+def item_cache_call(metadata: Sequence[tuple[str, Any]] | None) -> ItemCacheCall | None:
+    """What a Generate call tells the item cache; None when it says nothing (a sender that
+    does not use the cache: every item arrives in full and nothing is kept)."""
+    values = {k: v for k, v in metadata or () if isinstance(v, str)}
+    if MM_CACHE_INSTANCE not in values:
+        return None
+
+    def hashes(key: str) -> tuple[str, ...]:
+        return tuple(h for h in values.get(key, "").split(",") if h)
+
+    return ItemCacheCall(
+        values[MM_CACHE_INSTANCE], hashes(CACHED_ITEMS), hashes(MM_STORE), hashes(MM_EVICT)
+    )
+
+
+def cache_miss_message(miss: CacheMiss) -> str:
+    return f"{MM_CACHE_MISS} instance={miss.instance} missing={','.join(miss.missing)}"
+
+
+def cache_miss(message: str | None) -> CacheMiss | None:
+    """The miss a FAILED_PRECONDITION's message reports, None for any other message."""
+    if not message or not message.startswith(MM_CACHE_MISS + " "):
+        return None
+    fields = dict(part.partition("=")[::2] for part in message.split()[1:])
+    missing = tuple(h for h in fields.get("missing", "").split(",") if h)
+    return CacheMiss(fields.get("instance", ""), missing)

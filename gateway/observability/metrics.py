@@ -125,6 +125,24 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.send_once_hits = Counter(
+            "mmgate_mm_send_once_hits",
+            "media items (every occurrence) left out of a request because the worker's item "
+            "cache held them",
+            registry=r,
+        )
+        self.send_once_bytes_saved = Counter(
+            "mmgate_mm_send_once_bytes_saved",
+            "tensor bytes not sent to workers because their item caches held the items",
+            registry=r,
+        )
+        self.send_once_resends = Counter(
+            "mmgate_mm_send_once_resends",
+            "requests sent again in full because a worker's item cache lacked items the "
+            "gateway left out (a restarted or flushed worker)",
+            registry=r,
+        )
+
         self.store_bytes = Gauge(
             "mmgate_responses_store_bytes", "bytes of stored responses held", registry=r
         )

@@ -35,7 +35,7 @@ from gateway.render.video_options import (
     video_sampling,
 )
 from gateway.render.worker_media import MmProcessing, download_items, media_refs
-from gateway.workers.tensor_transport import InlineTail, Tail, TensorTransport
+from gateway.workers.tensor_transport import InlineTail, SendOnceTail, Tail, TensorTransport
 from multimodal.media import MediaPolicy, needs_download
 from multimodal.media_cache import MediaCache
 from multimodal.pipeline import LoadedItem, PixelEncoding, Prepared, decode_items, prepare
@@ -232,8 +232,13 @@ class PromptBuilder:
         """What a Generate call for `prompt` sends after the request's own fields, made for
         each worker it tries."""
         if self.tensor_transport is None or not prompt.request_nodes:
-            return InlineTail(prompt.request_fields)
-        return self.tensor_transport.tail(prompt.request_nodes, prompt.request_fields)
+            base: Tail = InlineTail(prompt.request_fields)
+        else:
+            base = self.tensor_transport.tail(prompt.request_nodes, prompt.request_fields)
+        if prompt.prepared is None:
+            return base
+        # For a worker that keeps items (send-once), the items it holds are left out.
+        return SendOnceTail(prompt.prepared, base, self.tensor_transport)
 
     def _check_message_size(self, fields: Sequence[Piece]) -> None:
         size = sum(len(piece) for piece in fields)

@@ -34,7 +34,16 @@ def describe(worker: Worker) -> dict[str, Any]:
         "requests_total": worker.requests,
         # URL schemes it preprocesses media from (media_refs); empty: it takes tensors only
         "media_ref_schemes": sorted(worker.facts.media_ref_schemes) if worker.facts else [],
+        # Its item cache as the gateway mirrors it (send-once); null: it keeps none
+        "mm_item_cache": _items(worker),
     }
+
+
+def _items(worker: Worker) -> dict[str, Any] | None:
+    mirror = getattr(worker, "mm_items", None)
+    if mirror is None:
+        return None
+    return {"max_bytes": mirror.max_bytes, "bytes": mirror.used, "items": len(mirror.entries)}
 
 
 async def list_workers(state: State, body: None) -> dict:

@@ -179,7 +179,7 @@ class Generation:
         # The budget is not in the proto: it travels in the call's metadata, to a worker that
         # advertised it (the caller picked one, and reroutes only to one).
         metadata = extensions.thinking_budget_metadata(request.thinking_token_budget)
-        self.call = RetryingGenerate(worker, generate, tail, reroute, metadata)
+        self.call = RetryingGenerate(worker, generate, tail, reroute, metadata, metrics)
         # What the engine's KV connector returned (disaggregated prefill: the handoff)
         self.kv_transfer_params: dict | None = None
         self.metrics = metrics

@@ -7,6 +7,9 @@ gRPC ends). A worker reads a segment and unlinks it, so every attempt at a worke
 after a worker failed, on another worker or the same) gets segments of its own, and the
 gateway unlinks whatever an attempt wrote once the attempt ends, however it ends: the worker
 read them (they are gone already), failed or died before reading, or the client left.
+
+For a worker that keeps items by hash (gateway/workers/send_once.py) an attempt leaves out
+the tensors of the items the worker holds, and says so in its call metadata.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from gateway.observability.metrics import GatewayMetrics
+from gateway.workers.send_once import ItemMirror, Plan, item_sizes, plan_nodes
 from gateway.workers.worker import WorkerFacts
+from multimodal.pipeline import Prepared
 from multimodal.shm import SHM_DIR, shm_namespace_id, unlink_segment, write_segment
 from multimodal.wire import Node, Piece, flatten, payload_sizes
 from protos import common_pb2
+from protos.extensions import item_cache_call_metadata
 
 log = logging.getLogger("mmgate.gateway")
 TensorTransportMode = Literal["auto", "inline", "shm"]
@@ -44,6 +50,9 @@ class Attempt:
     segments: list[str] = field(default_factory=list)
     shm_dir: str = SHM_DIR
     abandoned: bool = False
+    # What the call tells the worker's item cache (send-once), and as gRPC metadata.
+    plan: Plan | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
 
     def close(self) -> None:
         """Unlink every segment this attempt wrote that the worker has not (idempotent)."""
@@ -54,7 +63,12 @@ class Attempt:
 class Tail(Protocol):
     """The serialized fields sent after a GenerateRequest's own, per attempt."""
 
-    async def attempt(self, facts: WorkerFacts | None) -> Attempt: ...
+    async def attempt(
+        self, facts: WorkerFacts | None, items: ItemMirror | None = None, omit: bool = True
+    ) -> Attempt:
+        """`items`: the worker's item-cache mirror (None: it keeps none); `omit` False: send
+        every item in full (a resend after the mirror proved wrong)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,9 @@ class InlineTail:
 
     pieces: Sequence[Piece] = ()
 
-    async def attempt(self, facts: WorkerFacts | None) -> Attempt:
+    async def attempt(
+        self, facts: WorkerFacts | None, items: ItemMirror | None = None, omit: bool = True
+    ) -> Attempt:
         return Attempt(self.pieces)
 
 
@@ -108,7 +124,9 @@ class ShmTail:
     nodes: Sequence[Node]
     inline: Sequence[Piece]
 
-    async def attempt(self, facts: WorkerFacts | None) -> Attempt:
+    async def attempt(
+        self, facts: WorkerFacts | None, items: ItemMirror | None = None, omit: bool = True
+    ) -> Attempt:
         if not self.transport.uses_shm(facts):
             return Attempt(self.inline)
         attempt = Attempt((), shm_dir=self.transport.shm_dir)
@@ -152,6 +170,50 @@ class ShmTail:
             return flatten(self.nodes, place)
         except _Cancelled:
             return []
+
+
+@dataclass
+class SendOnceTail:
+    """A preprocessed request's items, sent to a worker with an item cache as its mirror
+    says: the items it holds left out, the others in full (`base`: the tail sending them all,
+    for a worker without one)."""
+
+    prepared: Prepared
+    base: Tail
+    transport: TensorTransport | None = None
+    _sizes: list[list[int]] | None = None
+
+    async def attempt(
+        self, facts: WorkerFacts | None, items: ItemMirror | None = None, omit: bool = True
+    ) -> Attempt:
+        if items is None:
+            return await self.base.attempt(facts)
+        if self._sizes is None:
+            self._sizes = item_sizes(self.prepared)
+        pairs = [
+            (key, size)
+            for part, sizes in zip(self.prepared.parts, self._sizes)
+            for key, size in zip(part.hashes, sizes)
+        ]
+        plan = items.plan(pairs, omit)
+        if plan.empty:
+            return await self.base.attempt(facts)
+        try:
+            if plan.cached:
+                nodes = plan_nodes(self.prepared, plan.cached)
+                tail = (
+                    self.transport.tail(nodes, flatten(nodes))
+                    if self.transport is not None
+                    else InlineTail(flatten(nodes))
+                )
+                attempt = await tail.attempt(facts)
+            else:
+                attempt = await self.base.attempt(facts)
+        except BaseException:
+            plan.fail()
+            raise
+        attempt.plan, attempt.metadata = plan, item_cache_call_metadata(plan.call)
+        return attempt
 
 
 def _close_after(job: asyncio.Future, attempt: Attempt) -> None:

@@ -15,6 +15,7 @@ import grpc
 from gateway.errors import GatewayError
 from gateway.transport import StreamChannel
 from gateway.workers.health import CircuitBreaker, HealthGate
+from gateway.workers.send_once import ItemMirror
 from multimodal.pipeline import PixelEncoding
 from multimodal.wire import Piece
 from protos import common_pb2, extensions
@@ -61,6 +62,8 @@ class WorkerFacts:
     # mmgate's wire additions the worker advertised (protos/extensions.py); none from SMG's
     # upstream servicer.
     extensions: frozenset[str] = frozenset()
+    # Its item cache (send each item once: gateway/workers/send_once.py), if it keeps one.
+    item_cache: extensions.ItemCacheInfo | None = None
 
     @property
     def takes_media_refs(self) -> bool:
@@ -157,6 +160,15 @@ class Worker:
         self.requests = 0
         self.unreachable = False  # its last connection attempt failed (logged once)
         self.refused = ""  # why it is not used: it serves another model than the gateway's
+        # What its item cache holds (None: it keeps none); a new one for each life of it.
+        self.mm_items: ItemMirror | None = None
+
+    def reset_items(self, cache: extensions.ItemCacheInfo | None) -> None:
+        """Mirror this life of the worker's item cache (a restarted worker's is empty)."""
+        if cache is None:
+            self.mm_items = None
+        elif self.mm_items is None or self.mm_items.instance != cache.instance:
+            self.mm_items = ItemMirror(cache.max_bytes, cache.instance)
 
     @property
     def healthy(self) -> bool:
@@ -176,6 +188,7 @@ class Worker:
         model = await self.stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=timeout)
         info = self.stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=timeout)
         server = await info
+        trailing = await info.trailing_metadata()
         defaults = model.default_sampling_params_json
         self.facts = WorkerFacts(
             model_path=model.model_path,
@@ -192,8 +205,10 @@ class Worker:
             mm_item_limits=parse_item_limits(server.mm_item_limits),
             media_ref_schemes=parse_schemes(server.mm_processor, server.mm_media_ref_schemes),
             shm_namespace_id=server.shm_namespace_id,
-            extensions=extensions.capabilities(await info.trailing_metadata()),
+            extensions=extensions.capabilities(trailing),
+            item_cache=extensions.item_cache_info(trailing),
         )
+        self.reset_items(self.facts.item_cache)
         self.health.force(True)
         return self.facts
 

@@ -27,7 +27,7 @@ Kind = Literal["flat", "batched", "shared"]
 # bounded too.
 SHARE_OVERHEAD_BYTES = 1024
 
-__all__ = ["SHARE_OVERHEAD_BYTES", "ItemShare", "join_items", "split_items"]
+__all__ = ["SHARE_OVERHEAD_BYTES", "ItemShare", "join_items", "split_items", "subset_items"]
 
 
 @dataclass
@@ -102,6 +102,35 @@ def join_items(shares: Sequence[ItemShare]) -> ProcessedItems:
         replacements=[list(s.replacement) for s in shares],
         embed_token_id=first.embed_token_id,
     )
+
+
+def subset_items(processed: ProcessedItems, indices: Sequence[int]) -> ProcessedItems:
+    """The batch of some of the items (in the order given), for the wire: the batch that
+    processing them alone gives, as `join_items` of their shares. Transient, so not copied
+    where a view does (one item); an empty `indices` gives the layout with no tensors."""
+    if not indices:
+        return ProcessedItems(
+            tensors={},
+            batched_keys=processed.batched_keys,
+            flat_keys=dict(processed.flat_keys),
+            keep_on_cpu_keys=processed.keep_on_cpu_keys,
+            replacements=[],
+            embed_token_id=processed.embed_token_id,
+        )
+    kinds = _kinds(processed)
+    shares = [
+        ItemShare(
+            {k: np.asarray(v) for k, v in item_tensors(processed, i).items()},
+            dict(kinds),
+            list(processed.replacements[i]),
+            processed.batched_keys,
+            dict(processed.flat_keys),
+            processed.keep_on_cpu_keys,
+            processed.embed_token_id,
+        )
+        for i in indices
+    ]
+    return join_items(shares)
 
 
 def _kinds(processed: ProcessedItems) -> dict[str, Kind]:

@@ -214,6 +214,10 @@ class QwenVLProcessor(ItemProcessor):
             },
             batched_keys=("image_grid_thw", SIZES_KEY),
             flat_keys={"pixel_values": SIZES_KEY},
+            # As vLLM's field config has it: the grid stays on the CPU, and is what the engine
+            # keeps of an item whose placeholders are all prefix-cached (M-RoPE positions
+            # need it; vLLM's strip_covered_mm_data drops every other field).
+            keep_on_cpu_keys=("image_grid_thw",),
             replacements=[[token] * (size // merge) for size in sizes],
         )
 
