@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine_server.tiny_models import ensure_model  # noqa: E402
-from tests.support.engines import WorkerProcess  # noqa: E402
+from tests.support.engines import UpstreamServicerProcess, WorkerProcess  # noqa: E402
 from tests.support.gateway_process import GatewayProcess  # noqa: E402
 
 SYSTEM = "You are a careful visual assistant. " + " ".join(
@@ -113,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policies", default="cache_aware,round_robin")
     parser.add_argument("--no-kv-events", action="store_true", help="engines publish none")
+    parser.add_argument(
+        "--engine",
+        choices=("mmgate", "upstream"),
+        default="mmgate",
+        help="the workers: `mmgate engine`, or vLLM's gRPC server (smg-grpc-servicer)",
+    )
     args = parser.parse_args(argv)
     model = ensure_model("vision")
     logs = Path(tempfile.mkdtemp(prefix="image-routing-"))
@@ -121,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("a", "b"):
         (logs / name).mkdir()
         events = {} if args.no_kv_events else {"kv_events_config": kv_events_config(logs / name)}
-        workers.append(WorkerProcess(model, logs / f"worker-{name}.log", **extra, **events))
+        kind = WorkerProcess if args.engine == "mmgate" else UpstreamServicerProcess
+        workers.append(kind(model, logs / f"worker-{name}.log", **extra, **events))
     results = {}
     try:
         for worker in workers:
@@ -152,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"commit {commit}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     print(
         f"{args.conversations} chats x {args.turns} turns, {args.image_size}px images, "
-        f"block size {args.block_size}, KV events {'off' if args.no_kv_events else 'on'}"
+        f"block size {args.block_size}, KV events {'off' if args.no_kv_events else 'on'}, "
+        f"{args.engine} workers"
     )
     print(f"{'policy':<14}{'follow-up hit rate':>20}{'cached/prompt tokens':>24}")
     for policy, r in results.items():
