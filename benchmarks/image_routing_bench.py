@@ -114,15 +114,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="cache_aware,round_robin")
     parser.add_argument("--no-kv-events", action="store_true", help="engines publish none")
     parser.add_argument(
+        "--family",
+        choices=("qwen2_vl", "internvl"),
+        default="qwen2_vl",
+        help="the tiny model: Qwen2-VL (M-RoPE) or InternVL 3 (tests/support)",
+    )
+    parser.add_argument(
         "--engine",
         choices=("mmgate", "upstream"),
         default="mmgate",
         help="the workers: `mmgate engine`, or vLLM's gRPC server (smg-grpc-servicer)",
     )
     args = parser.parse_args(argv)
-    model = ensure_model("vision")
     logs = Path(tempfile.mkdtemp(prefix="image-routing-"))
     extra = {"block_size": args.block_size, "limit_mm_per_prompt": {"image": 4}}
+    if args.family == "internvl":
+        from tests.support.internvl_models import build_model
+
+        model = build_model(logs / "model")
+        extra["max_model_len"] = 8192
+    else:
+        model = ensure_model("vision")
     workers = []
     for name in ("a", "b"):
         (logs / name).mkdir()
@@ -160,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.conversations} chats x {args.turns} turns, {args.image_size}px images, "
         f"block size {args.block_size}, KV events {'off' if args.no_kv_events else 'on'}, "
-        f"{args.engine} workers"
+        f"{args.engine} workers, tiny {args.family}"
     )
     print(f"{'policy':<14}{'follow-up hit rate':>20}{'cached/prompt tokens':>24}")
     for policy, r in results.items():
