@@ -1,19 +1,23 @@
 """Image-aware cache routing, measured as vLLM's prefix-cache hit rate on two real engines.
 
-Two `mmgate engine` workers on the tiny random Qwen2-VL model (engine_server.tiny_models),
-prefix caching on, both publishing their KV events (--kv-events-config), behind one
-`mmgate serve` per policy. The workload is multi-turn image chat: `--conversations` chats (an
-odd number, so that round robin cannot land a chat on the same worker every turn by parity),
-each turn resending the whole history with its images; turn 1 sends an image, turn 2 another,
-later turns text only. Every chat has the same system prompt and the same questions: the
-images alone tell them apart, so a router that ignores image content sees one conversation.
-The rounds go turn by turn across the chats (turn 1 of every chat, then turn 2, ...), one
-request at a time.
+Two `mmgate engine` workers on a tiny random-weight model (InternVL 3 from tests/support by
+default), prefix caching on (block size 32), both publishing their KV events
+(--kv-events-config), behind one `mmgate serve` per policy. (`--family qwen2_vl` runs the tiny
+Qwen2-VL, whose engine core dies with KeyError 'image_grid_thw' in its M-RoPE positions on a
+follow-up turn whose image lies wholly in the prefix-cached blocks: with `mmgate engine` and
+with vLLM's own gRPC server alike, not with `vllm serve`'s own processor.)
+
+The workload is multi-turn image chat: `--conversations` chats (an odd number, so that round
+robin cannot land a chat on the same worker every turn by parity), each turn resending the
+whole history with its images; turn 1 sends an image, turn 2 another, later turns text only.
+Every chat has the same system prompt and the same questions: the images alone tell them apart,
+so a router that ignores image content sees one conversation. The rounds go turn by turn across
+the chats (turn 1 of every chat, then turn 2, ...), one request at a time.
 
 The hit rate is vLLM's own count: usage.prompt_tokens_details.cached_tokens over prompt_tokens,
 summed over the follow-up turns (turn 1 of a chat has nothing of its own to hit).
 
-    python -m benchmarks.image_routing_bench [--conversations 5] [--turns 3]
+    python -m benchmarks.image_routing_bench [--conversations 5] [--turns 3] [--no-kv-events]
 """
 
 from __future__ import annotations
@@ -116,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--family",
         choices=("qwen2_vl", "internvl"),
-        default="qwen2_vl",
-        help="the tiny model: Qwen2-VL (M-RoPE) or InternVL 3 (tests/support)",
+        default="internvl",
+        help="the tiny model: InternVL 3 (tests/support) or Qwen2-VL (see above)",
     )
     parser.add_argument(
         "--engine",
