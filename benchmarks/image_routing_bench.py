@@ -97,6 +97,15 @@ def run_workload(base_url: str, conversations: int, turns: int, size: int, seed:
     }
 
 
+def requests_per_worker(base_url: str) -> list[int]:
+    """The gateway's mmgate_worker_requests_total per worker (retries included)."""
+    counts = []
+    for line in httpx.get(f"{base_url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("mmgate_worker_requests_total{"):
+            counts.append(int(float(line.rpartition(" ")[2])))
+    return sorted(counts, reverse=True)
+
+
 def kv_events_config(directory: Path) -> dict:
     return {
         "enable_kv_cache_events": True,
@@ -164,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                     # the same images for every policy (fresh caches make them cold again)
                     args.seed,
                 )
+                results[policy]["per_worker"] = requests_per_worker(gateway.base_url)
             finally:
                 gateway.stop()
     finally:
@@ -178,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         f"block size {args.block_size}, KV events {'off' if args.no_kv_events else 'on'}, "
         f"{args.engine} workers, tiny {args.family}"
     )
-    print(f"{'policy':<14}{'follow-up hit rate':>20}{'cached/prompt tokens':>24}")
+    print(f"{'policy':<14}{'follow-up hit rate':>20}{'cached/prompt tokens':>24}{'requests':>12}")
     for policy, r in results.items():
         tokens = f"{r['follow_up_cached_tokens']}/{r['follow_up_prompt_tokens']}"
-        print(f"{policy:<14}{r['follow_up_hit_rate']:>20.3f}{tokens:>24}")
+        split = "+".join(map(str, r["per_worker"]))
+        print(f"{policy:<14}{r['follow_up_hit_rate']:>20.3f}{tokens:>24}{split:>12}")
     if {"cache_aware", "round_robin"} <= results.keys() and results["round_robin"][
         "follow_up_hit_rate"
     ]:
