@@ -15,7 +15,7 @@ import grpc
 from vllm import PoolingParams
 from vllm.inputs.engine import tokens_input
 
-from engine_server import model_info, tracing
+from engine_server import kv_events, model_info, tracing
 from engine_server.errors import CacheMissError, InvalidRequest, status_for
 from engine_server.media_refs import FLAG as MM_PROCESSOR_FLAG
 from engine_server.media_refs import MediaRefProcessor
@@ -66,6 +66,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         self.draining = False
         # request id -> whether the engine has produced output for it (running vs waiting)
         self.in_flight: dict[str, bool] = {}
+        self.kv_events = kv_events.resolve_config(engine)
         self._bundle = TokenizerBundle(str(self.model_config.tokenizer or self.model_config.model))
 
     # ---- generation ----
@@ -327,10 +328,30 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             yield chunk
 
     async def SubscribeKvEvents(self, request, context) -> AsyncIterator:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "KV cache events are not published by this worker"
+        """vLLM's KV cache events (engine_server/kv_events.py), or UNIMPLEMENTED without
+        --kv-events-config (subscribers then keep their own guess of the cache)."""
+        if self.kv_events is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, kv_events.DISABLED)
+        if request.start_sequence_number:
+            await context.abort(
+                grpc.StatusCode.OUT_OF_RANGE,
+                "KV event cursors are per subscription; subscribe with 0 and rebuild",
+            )
+        config = self.kv_events
+        batches = kv_events.relay(
+            kv_events.rank_sources(config, self.engine),
+            topic=config.topic or "",
+            hwm=config.hwm,
+            # a drain must not wait for a stream that never ends by itself
+            stopped=lambda: self.draining or context.cancelled(),
+            ready=lambda: context.send_initial_metadata(()),
         )
-        yield common_pb2.KvEventBatch()  # pragma: no cover - makes this an async generator
+        try:
+            async for batch in batches:
+                yield batch
+        except kv_events.RelayFailure as error:
+            log.warning("SubscribeKvEvents: %s; the subscriber must resubscribe", error)
+            await context.abort(grpc.StatusCode.DATA_LOSS, str(error))
 
     # ---- admin ----
 

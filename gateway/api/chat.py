@@ -85,14 +85,26 @@ class ChatService:
         )
         by_worker = self.prompts.by_worker(rendered)
         budget = request.thinking_token_budget is not None
-        worker = self.pool.pick(rendered.token_ids, media_refs=by_worker, thinking_budget=budget)
-        facts = worker.facts
-        if by_worker:
-            # Counted before anything is fetched: a video may be tens of MB.
-            check_counts(_counts(rendered.media), facts)
-            prompt = await self.prompts.refer(request, rendered)
+        pixels = self.pool.shared_pixels() if rendered.media and not by_worker else None
+        if pixels is not None:
+            # Preprocessed before the pick (every worker takes these pixels): cache-aware
+            # routing then keys the blocks holding an item by the item's hash, as vLLM does.
+            prompt = await self.prompts.expand(request, pixels, rendered)
+            worker = self.pool.pick(prompt.ids, thinking_budget=budget, mm=prompt.mm_spans())
+            facts = worker.facts
+            if facts.pixels != pixels:  # a worker came or went meanwhile
+                prompt = await self.prompts.expand(request, facts.pixels, rendered)
         else:
-            prompt = await self.prompts.expand(request, facts.pixels, rendered)
+            worker = self.pool.pick(
+                rendered.token_ids, media_refs=by_worker, thinking_budget=budget
+            )
+            facts = worker.facts
+            if by_worker:
+                # Counted before anything is fetched: a video may be tens of MB.
+                check_counts(_counts(rendered.media), facts)
+                prompt = await self.prompts.refer(request, rendered)
+            else:
+                prompt = await self.prompts.expand(request, facts.pixels, rendered)
         if prompt.has_media:
             check_items(prompt, facts)
         elif reused := kv_transfer.reused_prompt_ids(request.kv_transfer_params):
@@ -191,7 +203,11 @@ class ChatRun:
             service.added,
             metrics=service.metrics,
             reroute=lambda failed: service.pool.reroute(
-                failed, prompt.ids, by_worker, request.thinking_token_budget is not None
+                failed,
+                prompt.ids,
+                by_worker,
+                request.thinking_token_budget is not None,
+                prompt.mm_spans(),
             ),
             tail=service.prompts.tail(prompt),
         )

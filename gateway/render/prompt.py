@@ -88,6 +88,16 @@ class Prompt:
     def has_media(self) -> bool:
         return self.prepared is not None or self.media_refs is not None
 
+    def mm_spans(self) -> list[tuple[int, int, str]]:
+        """Each preprocessed item's placeholder range in `ids` and its hash, for cache-aware
+        routing (gateway.workers.routing.MmSpan); none for media the worker preprocesses."""
+        parts = self.prepared.parts if self.prepared is not None else []
+        return [
+            (offset, length, item_hash)
+            for part in parts
+            for (offset, length), item_hash in zip(part.ranges, part.hashes)
+        ]
+
     def item_counts(self) -> dict[str, int]:
         if self.media_refs is not None:
             names = {number: name for name, number in MODALITIES.items()}

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics, GaugesFrom
 from gateway.workers.health import STATE_VALUES, CircuitBreaker, HealthGate
-from gateway.workers.routing import Router
+from gateway.workers.kv_index import KvEventIndex, follow_worker
+from gateway.workers.routing import MmSpan, Router
 from gateway.workers.worker import Worker, WorkerFacts, parse_address
+from multimodal.pipeline import PixelEncoding
 
 log = logging.getLogger("mmgate.gateway")
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -89,8 +91,14 @@ class WorkerPool:
         if not urls and not dns_names:
             raise ValueError("at least one --worker or --worker-dns is required")
         self.options = options or PoolOptions()
+        # Cache-aware routing follows the KV events of workers that publish them.
+        self.kv_events = KvEventIndex() if self.options.policy == "cache_aware" else None
+        self._followers: dict[str, asyncio.Task] = {}
         self.router = Router(
-            self.options.policy, self.options.balance_threshold, self.options.cache_threshold
+            self.options.policy,
+            self.options.balance_threshold,
+            self.options.cache_threshold,
+            events=self.kv_events,
         )
         self.metrics = metrics or GatewayMetrics()
         self.workers: dict[str, Worker] = {}
@@ -159,9 +167,26 @@ class WorkerPool:
             log.error("worker %s refused: %s", worker.url, refusal)
             self.metrics.workers_refused.labels("other_model").inc()
         worker.refused = refusal
+        self._follow_events(worker)
         if not refusal and self.model is None:
             self.model = facts
             self.model_known.set()
+
+    def _follow_events(self, worker: Worker) -> None:
+        """Subscribe to a (re)connected worker's KV events, once (see kv_index.follow_worker)."""
+        if self.kv_events is None or worker.refused:
+            return
+        task = self._followers.get(worker.url)
+        if task is None or task.done():
+            follow = follow_worker(self.kv_events, worker.url, worker.stub.SubscribeKvEvents)
+            self._followers[worker.url] = asyncio.create_task(follow)
+
+    def _stop_following(self, url: str) -> None:
+        task = self._followers.pop(url, None)
+        if task is not None:
+            task.cancel()
+        if self.kv_events is not None:
+            self.kv_events.forget(url)
 
     def _refusal(self, facts: WorkerFacts) -> str:
         """Why a worker's model is not the gateway's ("" when it is). `--model` does not say:
@@ -177,6 +202,8 @@ class WorkerPool:
         return ""
 
     async def close(self) -> None:
+        for url in list(self._followers):
+            self._stop_following(url)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*(w.close() for w in self.workers.values()))
@@ -190,9 +217,11 @@ class WorkerPool:
         like: Worker | None = None,
         media_refs: bool = False,
         thinking_budget: bool = False,
+        mm: Sequence[MmSpan] = (),
     ) -> Worker:
         """A worker for the request; `media_refs`: one that preprocesses media itself;
-        `thinking_budget`: one that enforces a thinking budget."""
+        `thinking_budget`: one that enforces a thinking budget; `mm`: the multimodal items of
+        `prompt_ids` (expanded), for cache-aware routing."""
         candidates = [w for w in self.workers.values() if w.eligible and w not in exclude]
         if like is not None:  # a retry: the request was prepared for `like`'s facts
             candidates = [w for w in candidates if _compatible(w.facts, like.facts)]
@@ -206,7 +235,7 @@ class WorkerPool:
             candidates = [w for w in candidates if w.facts.enforces_thinking_budget]
             if not candidates:
                 raise GatewayError(NO_BUDGET_WORKER, 400)
-        decision = self.router.choose(candidates, prompt_ids)
+        decision = self.router.choose(candidates, prompt_ids, mm)
         worker = decision.worker
         self.metrics.routing.labels(self.router.policy, decision.outcome).inc()
         if decision.outcome == "cache_hit":
@@ -224,6 +253,7 @@ class WorkerPool:
         prompt_ids: Sequence[int],
         media_refs: bool = False,
         thinking_budget: bool = False,
+        mm: Sequence[MmSpan] = (),
     ) -> Worker | None:
         """Another worker for a request whose call failed before its first token, if any."""
         if len(failed) > self.options.retries:
@@ -235,12 +265,20 @@ class WorkerPool:
                 like=failed[-1],
                 media_refs=media_refs,
                 thinking_budget=thinking_budget,
+                mm=mm,
             )
         except GatewayError:
             return None
         self.metrics.retries.inc()
         log.warning("retrying on %s after %s failed", worker.url, failed[-1].url)
         return worker
+
+    def shared_pixels(self) -> PixelEncoding | None:
+        """The pixel encoding every eligible worker takes, if they agree (the usual case): a
+        request's media can then be preprocessed before its worker is picked, and routed by
+        its items' hashes."""
+        encodings = {w.facts.pixels for w in self.workers.values() if w.eligible and w.facts}
+        return encodings.pop() if len(encodings) == 1 else None
 
     def any_healthy(self) -> bool:
         return any(w.eligible for w in self.workers.values())
@@ -278,6 +316,7 @@ class WorkerPool:
             return
         self.workers.pop(worker.url, None)
         self.router.prefixes.forget(worker.url)
+        self._stop_following(worker.url)
         await worker.close()
         log.info("worker %s removed", worker.url)
 
@@ -330,6 +369,10 @@ class WorkerPool:
                 log.warning("worker %s sent no tokenizer bundle: %s", worker.url, error)
         raise RuntimeError("no worker sent its tokenizer bundle (GetTokenizer)")
 
+    def _kv_blocks(self, worker: Worker) -> float:
+        events = self.kv_events
+        return float(events.blocks(worker.url)) if events and events.following(worker.url) else -1.0
+
     def collector(self) -> GaugesFrom:
         """Per-worker gauges for /metrics, read from the workers at scrape time."""
         gauges = {
@@ -339,6 +382,11 @@ class WorkerPool:
             "mmgate_worker_circuit_state": ("0 closed, 1 half-open, 2 open", _circuit),
             "mmgate_worker_draining": ("1 while being removed", _draining),
             "mmgate_worker_refused": ("1 while it serves another model", _refused),
+            "mmgate_worker_kv_event_blocks": (
+                "prefix-cache blocks its engine holds by its KV events (cache_aware routing; "
+                "-1 while it publishes none)",
+                self._kv_blocks,
+            ),
         }
         return GaugesFrom(
             [(name, doc, ["worker"]) for name, (doc, _) in gauges.items()],

@@ -26,11 +26,14 @@ def smg_binary() -> str:
 
 
 @contextmanager
-def run_smg(workers: list[str], log_path: Path, *extra: str) -> Iterator[str]:
+def run_smg(
+    workers: list[str], log_path: Path, *extra: str, metrics: int | None = None
+) -> Iterator[str]:
     """SMG routing to `workers` (host:port), yielding its base URL once it serves a model;
-    `extra`: more `smg launch` flags (e.g. --mm-processing worker)."""
+    `extra`: more `smg launch` flags (e.g. --mm-processing worker); `metrics`: the port of its
+    Prometheus endpoint (default: any free one)."""
     refuse_in_fast_tests("smg")
-    port, metrics = free_port(), free_port()
+    port, metrics = free_port(), metrics or free_port()
     urls = [arg for worker in workers for arg in ("--worker-urls", f"grpc://{worker}")]
     cmd = [
         smg_binary(), "launch", "--host", "127.0.0.1", "--port", str(port), *urls,

@@ -7,6 +7,7 @@ import math
 import grpc
 import pytest
 
+from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
 from tests.support.engines import ReferenceEngine, serve_worker
 
@@ -74,3 +75,10 @@ def test_openai_embeddings_through_the_gateway(
         assert reply.usage.prompt_tokens == sum(len(tokenizer.encode(t)) for t in TEXTS)
     finally:
         gateway.stop()
+
+
+def test_kv_events_are_unimplemented_without_the_flag(worker):
+    with pytest.raises(grpc.RpcError) as err:
+        list(worker.stub().SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(), timeout=30))
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "--kv-events-config" in err.value.details()

@@ -123,10 +123,39 @@ def test_standard_health_and_reflection(text_worker):
     assert {"vllm.grpc.engine.VllmEngine", "grpc.health.v1.Health"} <= names
 
 
-def test_kv_events_are_unimplemented(text_worker):
+def test_kv_events_relay_the_engines_block_stores(text_worker):
+    """A prompt's full blocks come out of SubscribeKvEvents as vLLM stored them: its token ids
+    per block, the engine's block size, device tier, rank 0, publisher sequence numbers."""
+    stub = text_worker.stub()
+    block = stub.GetServerInfo(pb.GetServerInfoRequest()).block_size
+    ids = list(range(200, 200 + 2 * block + 5))
+    stream = stub.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(), timeout=60)
+    stream.initial_metadata()  # subscribed: what the engine stores from now on is relayed
+    request = pb.GenerateRequest(
+        request_id="kv-events",
+        tokenized=pb.TokenizedInput(input_ids=ids),
+        sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=1),
+    )
+    list(stub.Generate(request))
+    stored = []
+    for batch in stream:
+        assert batch.dp_rank == 0
+        stored += [e.stored for e in batch.events if e.WhichOneof("data") == "stored"]
+        blocks = [list(b.token_ids) for s in stored for b in s.blocks]
+        if ids[: 2 * block] in [blocks[i] + blocks[i + 1] for i in range(len(blocks) - 1)]:
+            break
+    stream.cancel()
+    last = stored[-1]
+    assert {b.block_size for b in last.blocks} == {block}
+    assert (last.tier, last.medium) == (common_pb2.KV_CACHE_TIER_DEVICE, "GPU")  # even on CPU
+    assert last.kv_cache_spec_kind == "full_attention"
+
+
+def test_kv_events_cannot_resume_a_cursor(text_worker):
+    request = common_pb2.SubscribeKvEventsRequest(start_sequence_number=5)
     with pytest.raises(grpc.RpcError) as err:
-        list(text_worker.stub().SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest()))
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        list(text_worker.stub().SubscribeKvEvents(request, timeout=30))
+    assert err.value.code() == grpc.StatusCode.OUT_OF_RANGE
 
 
 def test_prompt_limits_follow_vllm(text_worker):

@@ -55,6 +55,17 @@ def workers_state(gateway: GatewayProcess) -> dict[str, dict]:
     return {w["url"]: w for w in listing["workers"]}
 
 
+def kv_event_blocks(gateway: GatewayProcess) -> dict[str, float]:
+    """mmgate_worker_kv_event_blocks per worker URL, from the gateway's /metrics."""
+    text = httpx.get(f"{gateway.base_url}/metrics", timeout=10).text
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("mmgate_worker_kv_event_blocks{"):
+            head, _, value = line.rpartition(" ")
+            found[head.split('worker="')[1].split('"')[0]] = float(value)
+    return found
+
+
 def cache_hit_rate(gateway: GatewayProcess, topics: list[str]) -> float:
     """Share of repeat requests (same system prompt) whose prefix the engine had cached."""
     hits = repeats = 0
@@ -77,6 +88,12 @@ def test_cache_aware_routing_hits_the_engines_prefix_cache(
         try:
             topics = [f"{policy}-{name}" for name in ("tides", "ferns", "gears")]
             results[policy] = cache_hit_rate(gateway, topics)
+            if policy == "cache_aware":
+                # text_worker publishes its KV events and the gateway follows them; worker_b
+                # publishes none (UNIMPLEMENTED) and is routed by the gateway's guess.
+                blocks = kv_event_blocks(gateway)
+                assert blocks[f"grpc://{text_worker.address}"] > 0, blocks
+                assert blocks[f"grpc://{worker_b.address}"] == -1, blocks
         finally:
             gateway.stop()
     assert results["cache_aware"] == 1.0, results
