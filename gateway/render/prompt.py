@@ -48,12 +48,14 @@ MIB = 1 << 20
 
 
 def image_concurrency() -> int:
-    """Requests whose images are decoded and preprocessed at once: one per core. More
-    threads than cores add no throughput, and each one more takes the GIL from the event
-    loop in turn (switch interval: 5 ms), so a text request waits behind all of them (32
-    clients of 1280x960 images: text p99 6.6x its p99 alone with asyncio's default of 6
-    threads on 2 cores; benchmarks.gateway_bench's "text under image load")."""
-    return max(1, os.cpu_count() or 1)
+    """Requests whose images are decoded and preprocessed at once: half the cores, at least
+    one, as for videos. asyncio's default pool ran up to 6 such threads on 2 cores, each
+    taking the GIL from the event loop in turn (switch interval: 5 ms), so text requests
+    waited behind all of them. With 32 clients sending 1280x960 images, a varied text chat's
+    p99 (benchmarks.gateway_bench, "text under image load", 2 cores): 0.5-1.4 s with 6
+    threads, 0.10-0.36 s with one per core, 0.05-0.10 s with one (its p50 halved again),
+    for as many images per second."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 # gRPC's own ceiling on one message (a signed 32-bit length), which both ends are set to.
