@@ -13,8 +13,9 @@ load generator itself was the bottleneck.
 
 The HTTP client is a minimal HTTP/1.1 keep-alive client over asyncio streams (on uvloop when
 installed), about ten times cheaper per request than httpx: it parses the status line, the
-headers and a Content-Length or chunked body, and nothing else. An image request carries a
-deterministic 640x480 JPEG (quality 90) as a data URI.
+headers and a Content-Length or chunked body, and nothing else. `--kind` picks the bodies
+(`benchmarks.workloads`): one fixed text or image chat, or every request different (varied
+text chat, a distinct image each, 3-turn chats resending two images).
 
 With `--wait-for-go` it warms up, prints `warm`, and starts measuring when a line arrives on
 stdin, so a parent process can read other processes' CPU counters around the measured window.
@@ -24,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import io
 import json
 import re
 import resource
@@ -35,50 +34,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from benchmarks.workloads import FIXED_KINDS, KINDS, body_maker
+
 WARMUP_REQUESTS = 8
-IMAGE_SIZE = (640, 480)
-TEXT_PROMPT = "Write a short poem about the sea, the wind and the boats in the harbour."
-IMAGE_PROMPT = "Describe this image."
+CHAT_PATH = "/v1/chat/completions"
 CONTENT_EVENT = re.compile(rb'"content":\s*"[^"]')
 
 
 # ---- request bodies ----
 
 
-def synthetic_jpeg(size: tuple[int, int] = IMAGE_SIZE, quality: int = 90) -> bytes:
-    """A deterministic photo-like JPEG: gradients plus mild noise."""
-    import numpy as np
-    from PIL import Image
-
-    width, height = size
-    y, x = np.mgrid[0:height, 0:width]
-    rgb = np.stack([x * 255 // width, y * 255 // height, (x + y) * 255 // (width + height)], -1)
-    noise = np.random.default_rng(0).normal(0, 6, rgb.shape)
-    pixels = np.clip(rgb + noise, 0, 255).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, "JPEG", quality=quality)
-    return buffer.getvalue()
-
-
-def chat_body(kind: str, model: str, stream: bool, max_tokens: int, request_id: str = "") -> dict:
-    if kind == "image":
-        uri = "data:image/jpeg;base64," + base64.b64encode(synthetic_jpeg()).decode()
-        content: object = [
-            {"type": "image_url", "image_url": {"url": uri}},
-            {"type": "text", "text": IMAGE_PROMPT},
-        ]
-    else:
-        content = TEXT_PROMPT
-    body: dict = {
-        "model": model,
-        "messages": [{"role": "user", "content": content}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": stream,
-    }
-    if request_id:
-        body["request_id"] = request_id
-    return body
+def chat_body(kind: str, model: str, stream: bool, max_tokens: int) -> dict:
+    """The first request of `kind` (see benchmarks.workloads)."""
+    return body_maker(kind, model, stream, max_tokens, clients=1)(0, 0)
 
 
 # ---- results ----
@@ -278,10 +246,12 @@ class Plan:
         return self.issued - 1
 
 
-async def client_loop(send, plan: Plan, samples: list[Sample], errors: list[str]) -> None:
+async def client_loop(
+    send, client: int, plan: Plan, samples: list[Sample], errors: list[str]
+) -> None:
     while (index := plan.take()) is not None:
         try:
-            samples.append(await send(index))
+            samples.append(await send(index, client))
         except Exception as error:  # noqa: BLE001 - every failure is counted, the first kept
             errors.append(f"{type(error).__name__}: {error}")
 
@@ -291,7 +261,7 @@ async def run_closed_loop(send, plan: Plan) -> tuple[list[Sample], list[str], fl
     errors: list[str] = []
     cpu0, start = process_cpu_seconds(), time.perf_counter()
     plan.deadline = start + plan.duration
-    clients = [client_loop(send, plan, samples, errors) for _ in range(plan.concurrency)]
+    clients = [client_loop(send, c, plan, samples, errors) for c in range(plan.concurrency)]
     await asyncio.gather(*clients)
     wall = time.perf_counter() - start
     return samples, errors, wall, process_cpu_seconds() - cpu0
@@ -303,27 +273,37 @@ async def warm_up(send, concurrency: int) -> None:
 
 
 def http_sender(args: argparse.Namespace):
+    """Client c's n-th request (warm-up included) is body (c, n): a workload that changes per
+    request never repeats one, and a conversation's turns go in order on one connection."""
     url = urlsplit(args.target)
-    body = chat_body(args.kind, args.model, args.stream, args.max_tokens)
-    payload = encode_post(url.netloc, "/v1/chat/completions", json.dumps(body).encode())
+    make = body_maker(args.kind, args.model, args.stream, args.max_tokens, args.concurrency)
+    fixed = encode_post(url.netloc, CHAT_PATH, json.dumps(make(0, 0)).encode())
+    sent = [0] * args.concurrency
     pool = [HttpConnection(url.hostname, url.port) for _ in range(args.concurrency)]
-    idle = list(pool)
 
-    async def send(index: int) -> Sample:
-        conn = idle.pop()
+    def payload(client: int) -> bytes:
+        if args.kind in FIXED_KINDS:
+            return fixed
+        sent[client] += 1
+        return encode_post(url.netloc, CHAT_PATH, _dumps(make(client, sent[client] - 1)))
+
+    async def send(index: int, client: int) -> Sample:
+        conn = pool[client]
         try:
-            return await http_request(conn, payload, args.stream)
+            return await http_request(conn, payload(client), args.stream)
         except BaseException:
             await conn.close()
             raise
-        finally:
-            idle.append(conn)
 
     async def close() -> None:
         for conn in pool:
             await conn.close()
 
     return send, close
+
+
+def _dumps(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def grpc_sender(args: argparse.Namespace):
@@ -338,7 +318,7 @@ def grpc_sender(args: argparse.Namespace):
     stub = pb_grpc.VllmEngineStub(channel)
     template = load_generate_request(args.grpc_request, args.stream)
 
-    async def send(index: int) -> Sample:
+    async def send(index: int, client: int) -> Sample:
         request = type(template)()
         request.CopyFrom(template)
         return await grpc_request(stub, request, index)
@@ -363,7 +343,7 @@ def stream_sender(args: argparse.Namespace):
         async for message in channel.stream(GENERATE_PATH, pieces):
             yield pb.GenerateResponse.FromString(message)
 
-    async def send(index: int) -> Sample:
+    async def send(index: int, client: int) -> Sample:
         start = time.perf_counter()
         head = pb.GenerateRequest(request_id=f"direct-{index}").SerializeToString()
         return await generate_sample(responses([head, rest]), start)
@@ -400,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.load_gen", description=__doc__)
     p.add_argument("--target", required=True, help="http://HOST:PORT or grpc://HOST:PORT")
     p.add_argument("--model", default="", help="the model name for HTTP bodies")
-    p.add_argument("--kind", choices=("text", "image"), default="text")
+    p.add_argument("--kind", choices=KINDS, default="text")
     p.add_argument("--stream", action="store_true")
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--requests", type=int, default=10**9, help="stop after this many")

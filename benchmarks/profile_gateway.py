@@ -1,6 +1,7 @@
 """Where our gateway's CPU goes under load: py-spy samples, grouped by stage.
 
-    python -m benchmarks.profile_gateway [--kinds text image] [--full] [--seconds 8] [--keep]
+    python -m benchmarks.profile_gateway [--kinds text image chat ...] [--full] [--seconds 8]
+        [--keep]
 
 Starts the mock worker and `mmgate serve` (as `benchmarks.gateway_bench` does), drives each
 kind of streaming chat (`--full`: non-streamed) at concurrency 32 with `benchmarks.load_gen`,
@@ -18,7 +19,7 @@ its share of its thread group's samples times that group's CPU per request. The 
 self samples follow. A pool thread waiting to take the GIL back (after decoding, say) still
 looks busy to py-spy, so the pool's shares lean towards the frames that release the GIL.
 
-Needs py-spy in the venv (`pip install py-spy`); it slows the gateway down a little.
+Needs py-spy in the venv (`pip install py-spy`) or on PATH; it slows the gateway down a little.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ import argparse
 import collections
 import json
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.gateway_bench import (
+    ALL_KINDS,
+    CACHED_KINDS,
     VENV_BIN,
     BenchConfig,
     Case,
@@ -45,6 +49,7 @@ from benchmarks.gateway_bench import (
 )
 
 SAMPLE_RATE = 50
+PY_SPY = str(VENV_BIN / "py-spy") if (VENV_BIN / "py-spy").exists() else shutil.which("py-spy")
 CONCURRENCY = 32
 # Leaf frames of threads that py-spy reports busy while they wait (in C, or on a queue lock).
 IDLE_LEAVES = ("(threading.py:982)", "(concurrent/futures/thread.py:81)")
@@ -148,7 +153,7 @@ def profile_kind(
     pid = stack.services["ours"].process.pid
     extra = ["--nonblocking"] if nonblocking else []
     spy = subprocess.Popen(
-        [str(VENV_BIN / "py-spy"), "record", "-p", str(pid), "-r", str(SAMPLE_RATE),
+        [PY_SPY, "record", "-p", str(pid), "-r", str(SAMPLE_RATE),
          "-d", str(int(seconds) + 2), "--threads", "-f", "raw", "-o", str(out), *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -163,7 +168,7 @@ def profile_kind(
 def thread_names(pid: int) -> dict[int, str]:
     """Python thread names by thread id (py-spy dump); C-only threads are not listed."""
     dump = subprocess.run(
-        [str(VENV_BIN / "py-spy"), "dump", "--pid", str(pid)], capture_output=True, text=True
+        [PY_SPY, "dump", "--pid", str(pid)], capture_output=True, text=True
     ).stdout
     return {int(tid): name for tid, name in re.findall(r'^Thread (\d+) .*?"(.*)"', dump, re.M)}
 
@@ -239,7 +244,8 @@ def _short(frame: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.profile_gateway", description=__doc__)
-    p.add_argument("--kinds", nargs="+", choices=("text", "image"), default=["text", "image"])
+    uncached = [k for k in ALL_KINDS if k not in CACHED_KINDS]
+    p.add_argument("--kinds", nargs="+", choices=uncached, default=["text", "image"])
     p.add_argument("--full", action="store_true", help="non-streamed requests")
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--nonblocking", action="store_true", help="do not pause the gateway")
@@ -251,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not (VENV_BIN / "py-spy").exists():
+    if PY_SPY is None:
         sys.exit("py-spy is not installed: PIP_CONFIG_FILE=/dev/null .venv/bin/pip install py-spy")
     config = BenchConfig(kinds=tuple(args.kinds))
     config.ours_env = dict(item.split("=", 1) for item in args.ours_env)

@@ -18,6 +18,7 @@ from gateway.errors import GatewayError, check_model, parse_body
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_log import engine_request_id
 from gateway.render.model_files import ModelFiles
+from gateway.render.renderer import token_ids
 from gateway.stream import sse
 from gateway.stream.detokenizer import decode_prompt
 from gateway.stream.generation import Choice, Generation, Usage
@@ -83,7 +84,7 @@ class CompletionService:
         out = []
         for item in prompt:
             if isinstance(item, str):
-                out.append((self.tokenizer.encode(item, add_special_tokens=True).ids, item))
+                out.append((token_ids(self.tokenizer, item, add_special_tokens=True), item))
             else:
                 self._check_token_ids(item)
                 out.append((list(item), decode_prompt(self.tokenizer, item, self.clean_up_spaces)))

@@ -396,6 +396,9 @@ def main(argv: list[str]) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    # One prompt at a time: tokenizers' rayon pool would only add a thread hop (and its
+    # spinning) to each; an operator's own setting wins.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if not args.worker and not args.worker_dns:
         parser.error("give at least one --worker or --worker-dns")
     for url in args.worker + args.worker_dns:

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tokenizers import Tokenizer
+
 from gateway.errors import ChatRequestError
 from gateway.render.content_format import detect_content_format
 from gateway.render.messages import MediaItem, Placeholder, normalize_tools, to_conversation
@@ -109,8 +111,16 @@ class ChatRenderer:
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
         )
-        ids = self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens).ids
+        ids = token_ids(self.tokenizer, prompt, add_special_tokens)
         return RenderedChat(prompt=prompt, token_ids=ids, media=media)
+
+
+def token_ids(tokenizer: Tokenizer, text: str, add_special_tokens: bool) -> list[int]:
+    """`tokenizer.encode(text).ids`, without the per-token offsets and strings `encode` also
+    builds: the same ids for ~25% less CPU (a 750-token prompt: 0.7 -> 0.5 ms here).
+    `encode_batch_fast` runs on tokenizers' rayon pool unless TOKENIZERS_PARALLELISM is
+    false, which `mmgate serve` sets (a batch of one gains nothing from a thread hop)."""
+    return tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
 
 
 def _template_kwargs(chat_template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:

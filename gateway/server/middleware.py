@@ -12,6 +12,7 @@ import logging
 import re
 import time
 from collections.abc import Collection
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -52,6 +53,11 @@ class RequestMiddleware:
 
     def __init__(self, app: ASGIApp, metrics: GatewayMetrics, routes: Collection[str]) -> None:
         self.app, self.metrics, self.route = app, metrics, RouteNames(routes)
+        # Each metric's child per label values, looked up once: `labels()` takes a lock and
+        # checks its arguments every call (~7 us each, four a request). Routes and statuses
+        # are few, and a child, once made, lives as long as its metric anyway.
+        self._per_route: dict[str, tuple[Any, Any]] = {}  # in flight, latency
+        self._counted: dict[tuple[str, int], Any] = {}  # requests, by route and status
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,7 +67,8 @@ class RequestMiddleware:
         route = self.route(scope["path"])
         status = 500
         started = time.perf_counter()
-        self.metrics.in_flight.labels(route).inc()
+        in_flight, latency = self._route_metrics(route)
+        in_flight.inc()
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -76,12 +83,27 @@ class RequestMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
-            self.metrics.in_flight.labels(route).dec()
-            self.metrics.requests.labels(route, str(status)).inc()
-            self.metrics.latency.labels(route).observe(elapsed)
+            in_flight.dec()
+            self._requests(route, status).inc()
+            latency.observe(elapsed)
             if route != "/metrics":
                 _log_access(scope, status, elapsed)
             unbind_request_id(token)
+
+    def _route_metrics(self, route: str) -> tuple[Any, Any]:
+        children = self._per_route.get(route)
+        if children is None:
+            metrics = self.metrics
+            children = (metrics.in_flight.labels(route), metrics.latency.labels(route))
+            self._per_route[route] = children
+        return children
+
+    def _requests(self, route: str, status: int) -> Any:
+        counter = self._counted.get((route, status))
+        if counter is None:
+            counter = self.metrics.requests.labels(route, str(status))
+            self._counted[(route, status)] = counter
+        return counter
 
 
 def _log_access(scope: Scope, status: int, elapsed: float) -> None:

@@ -85,6 +85,8 @@ class Choice:
             self.held = None
 
     def _collect_logprobs(self, proto: pb.OutputLogProbs) -> None:
+        if not proto.token_ids:  # no logprobs asked for: the usual case, once per chunk
+            return
         tops = list(proto.top_logprobs) or [None] * len(proto.token_ids)
         for token, value, top in zip(proto.token_ids, proto.token_logprobs, tops):
             alternatives = tuple(zip(top.token_ids, top.values)) if top is not None else ()

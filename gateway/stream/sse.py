@@ -6,13 +6,15 @@ response instead of once per token (the stream's per-token cost is what a gatewa
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from typing import Any
 
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from gateway.errors import MmgateError, error_body
 from gateway.observability import tracing
@@ -80,4 +82,35 @@ async def _framed(
 def event_stream(
     events: AsyncIterator[str], done: str | None = DONE, error: ErrorEvent = _openai_error
 ) -> StreamingResponse:
-    return StreamingResponse(_framed(events, done, error), media_type="text/event-stream")
+    return EventStreamResponse(_framed(events, done, error), media_type="text/event-stream")
+
+
+class EventStreamResponse(StreamingResponse):
+    """Starlette's StreamingResponse with plain asyncio tasks in place of anyio's task group.
+
+    Under ASGI spec < 2.4 (uvicorn says 2.3) a disconnected client's sends are dropped
+    silently, so the response sends in one task while another waits for `http.disconnect`,
+    and whichever ends first ends the other: a client that leaves cancels the stream (and so
+    the worker's request). Starlette does this with an anyio task group, whose cancel scopes
+    cost ~0.2 ms of CPU per streamed request under load (py-spy, varied text chat at 32
+    clients); two tasks and `asyncio.wait` do the same for a fraction of it."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        spec = scope.get("asgi", {}).get("spec_version", "2.0")
+        if scope["type"] != "http" or tuple(map(int, spec.split("."))) >= (2, 4):
+            await super().__call__(scope, receive, send)
+            return
+        streaming = asyncio.ensure_future(self.stream_response(send))
+        listening = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait((streaming, listening), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            listening.cancel()
+            if not streaming.done():
+                streaming.cancel()  # the client left (or this task was cancelled)
+                with suppress(asyncio.CancelledError):
+                    await streaming  # the body's own cleanup (aborting the worker's request)
+        if not streaming.cancelled():
+            streaming.result()  # a failure while streaming propagates, as with starlette
+        if self.background is not None:
+            await self.background()
