@@ -26,6 +26,7 @@ than start a partition the mirror would believe to hold what it held before.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -36,6 +37,7 @@ from vllm.multimodal.inputs import MultiModalKwargsItem
 from engine_server.errors import CacheMissError
 from protos.extensions import CacheMiss, ItemCacheCall, ItemCacheInfo
 
+log = logging.getLogger("mmgate.engine")
 GIB = 1 << 30
 # How many senders' partitions a worker keeps at once by default (--mm-item-cache-senders).
 DEFAULT_ITEM_SENDERS = 4
@@ -143,7 +145,7 @@ class ItemCache:
             del self._partitions[call.sender]  # the sender started a new mirror
             partition = None
         if partition is None:
-            if not call.store or self._gone.get(call.sender, -1) >= call.partition:
+            if not call.store or self._dropped(call):
                 return  # nothing to keep, or a mirror whose partition was dropped
             partition = self._open(call.sender, call.partition)
         elif partition.number > call.partition:
@@ -164,20 +166,33 @@ class ItemCache:
         partition = self._partitions.get(call.sender)
         return partition if partition is not None and partition.number == call.partition else None
 
+    def _dropped(self, call: ItemCacheCall) -> bool:
+        """Whether the call's mirror is one whose partition was dropped. (A gateway from
+        before partitions sends no sender id, nor knows `partition=gone`: its partition is
+        started again, and its mirror recovers item by item as it did.)"""
+        return bool(call.sender) and self._gone.get(call.sender, -1) >= call.partition
+
     def _open(self, sender: str, number: int) -> _Partition:
         while len(self._partitions) >= self.senders:
-            self._drop_partition()
+            dropped = self._drop_partition()
             self.partitions_dropped += 1
+            log.info(
+                "item cache: dropped the items of sender %s for a new sender (at most %d "
+                "kept: --mm-item-cache-senders)",
+                dropped,
+                self.senders,
+            )
         self._gone.pop(sender, None)
         partition = self._partitions[sender] = _Partition(number)
         return partition
 
-    def _drop_partition(self) -> None:
+    def _drop_partition(self) -> str:
         sender, partition = self._partitions.popitem(last=False)
         self._gone[sender] = partition.number
         self._gone.move_to_end(sender)
         while len(self._gone) > GONE_REMEMBERED:
             self._gone.popitem(last=False)
+        return sender
 
     def _put(self, partition: _Partition, key: str, item: MultiModalKwargsItem) -> None:
         size = item_nbytes(item)

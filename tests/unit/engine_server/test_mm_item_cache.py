@@ -220,3 +220,14 @@ def test_a_flushed_cache_tells_every_sender_its_partition_is_gone():
         with pytest.raises(CacheMissError) as raised:
             cache.lookup(call(sender, cached=(key,)))
         assert raised.value.miss.gone
+
+
+def test_a_gateway_sending_no_sender_id_gets_its_partition_started_again():
+    """A gateway from before partitions (no sender id, no `partition=gone`): after a flush
+    its keeps are taken again, so that it still leaves items out."""
+    cache = ItemCache(1000, "x", senders=2)
+    old, items = ItemCacheCall("x", store=("a",)), {"a": item(100)}
+    cache.update(old, items)
+    cache.clear()
+    cache.update(old, items)
+    assert cache.lookup(ItemCacheCall("x", cached=("a",))) == items
