@@ -23,6 +23,7 @@ def build_parser():
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     from engine_server.media_refs import DEFAULT_MAX_ITEM_BYTES, ENV, ITEM_BYTES_ENV, MODES
+    from engine_server.mm_item_cache import DEFAULT_ITEM_SENDERS
 
     parser = FlexibleArgumentParser(prog="mmgate engine", description=DESCRIPTION)
     group = parser.add_argument_group("mmgate engine server")
@@ -50,6 +51,16 @@ def build_parser():
         help="largest inline (data:) media item accepted in media_refs, in bytes "
         f"(default: ${ITEM_BYTES_ENV}, else {DEFAULT_MAX_ITEM_BYTES})",
     )
+    group.add_argument(
+        "--mm-item-cache-senders",
+        type=int,
+        default=DEFAULT_ITEM_SENDERS,
+        help="send-once item cache: how many gateway processes' shares of it to keep at once. "
+        "Each sender (one per `mmgate serve` process: --api-server-count times the replicas "
+        "in front of this worker) gets --mm-processor-cache-gb divided by this; one more "
+        "sender drops the least recently used share whole. Size it to the number of gateway "
+        "processes across replicas (default: %(default)s)",
+    )
     AsyncEngineArgs.add_cli_args(parser)
     parser.set_defaults(model=None)
     return parser
@@ -67,6 +78,8 @@ def main(argv: list[str]) -> int:
         media = MediaRefSettings.resolve(args.mm_processor, args.mm_max_item_bytes)
     except ValueError as error:
         parser.error(str(error))
+    if args.mm_item_cache_senders < 1:
+        parser.error("--mm-item-cache-senders must be at least 1")
     if args.model is None:
         from engine_server.tiny_models import ensure_model
 
@@ -77,7 +90,11 @@ def main(argv: list[str]) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     options = ServeOptions(
-        host=args.host, port=args.port, drain_timeout=args.drain_timeout, media=media
+        host=args.host,
+        port=args.port,
+        drain_timeout=args.drain_timeout,
+        media=media,
+        item_senders=args.mm_item_cache_senders,
     )
     asyncio.run(serve(AsyncEngineArgs.from_cli_args(args), options))
     return 0

@@ -14,6 +14,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from engine_server.media_refs import MediaRefSettings, build_media_processor
+from engine_server.mm_item_cache import DEFAULT_ITEM_SENDERS
 from engine_server.reaper import start_reaper
 from engine_server.servicer import EngineServicer
 from protos import vllm_engine_pb2, vllm_engine_pb2_grpc
@@ -37,6 +38,7 @@ class ServeOptions:
     port: int = 50051
     drain_timeout: float = 30.0
     media: MediaRefSettings = field(default_factory=MediaRefSettings)
+    item_senders: int = DEFAULT_ITEM_SENDERS  # --mm-item-cache-senders
 
 
 class EngineServer:
@@ -46,7 +48,9 @@ class EngineServer:
         self.engine = engine
         self.options = options
         media = build_media_processor(engine, options.media)
-        self.servicer = EngineServicer(engine, media, options.media.source)
+        self.servicer = EngineServicer(
+            engine, media, options.media.source, item_senders=options.item_senders
+        )
         self.health = health_aio.HealthServicer()
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         vllm_engine_pb2_grpc.add_VllmEngineServicer_to_server(self.servicer, self.server)

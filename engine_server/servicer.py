@@ -20,7 +20,7 @@ from engine_server.errors import CacheMissError, InvalidRequest, status_for
 from engine_server.media_refs import FLAG as MM_PROCESSOR_FLAG
 from engine_server.media_refs import MediaRefProcessor
 from engine_server.mm_inputs import PixelContract, build_mm_prompt
-from engine_server.mm_item_cache import GIB, ItemCache
+from engine_server.mm_item_cache import DEFAULT_ITEM_SENDERS, GIB, ItemCache
 from engine_server.mm_slots import EmbeddingSlots
 from engine_server.outputs import final_responses, stream_responses
 from engine_server.sampling import (
@@ -43,10 +43,15 @@ except ImportError:  # pragma: no cover
 
 class EngineServicer(pb_grpc.VllmEngineServicer):
     def __init__(
-        self, engine: Any, media: MediaRefProcessor | None = None, media_source: str = ""
+        self,
+        engine: Any,
+        media: MediaRefProcessor | None = None,
+        media_source: str = "",
+        item_senders: int = DEFAULT_ITEM_SENDERS,
     ) -> None:
         """`media`: worker-side processing of `media_refs` (None: refused), configured from
-        `media_source` ("flag", "env" or "default")."""
+        `media_source` ("flag", "env" or "default"); `item_senders`: how many gateway
+        processes' shares of the item cache it keeps at once (--mm-item-cache-senders)."""
         self.engine = engine
         self.media = media
         self.media_source = media_source if media is not None else ""
@@ -58,8 +63,10 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         self.slots = EmbeddingSlots(engine)
         # Send-once (protos/extensions.py, MM_ITEM_CACHE): items kept by hash, bounded by
         # vLLM's --mm-processor-cache-gb, whose budget counts a copy in this (the API) process
-        # as vLLM's own cache does; 0 turns it off. Prompts are built in threads: one lock.
-        self.items = item_cache(self.model_config)
+        # as vLLM's own cache does; 0 turns it off. Split in equal shares, one per sending
+        # gateway process, at most `item_senders` of them. Prompts are built in threads: one
+        # lock.
+        self.items = item_cache(self.model_config, item_senders)
         self._items_lock = threading.Lock()
         self.start_time = time.time()
         self.last_receive = 0.0
@@ -393,13 +400,13 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
         await context.abort(code, message)
 
 
-def item_cache(model_config: Any) -> ItemCache | None:
-    """The send-once item cache for a multimodal model, None when --mm-processor-cache-gb
-    is 0."""
+def item_cache(model_config: Any, senders: int = DEFAULT_ITEM_SENDERS) -> ItemCache | None:
+    """The send-once item cache for a multimodal model, in `senders` shares; None when
+    --mm-processor-cache-gb is 0."""
     if not model_config.is_multimodal_model:
         return None
     size = int(model_config.get_multimodal_config().mm_processor_cache_gb * GIB)
-    return ItemCache(size) if size > 0 else None
+    return ItemCache(size, senders=senders) if size >= senders else None
 
 
 def prompt_items(prompt: Any) -> dict[str, Any]:

@@ -58,53 +58,74 @@ def thinking_token_budget(metadata: Sequence[tuple[str, Any]] | None) -> int | N
 
 # ---- send each item once (issue 29): the worker keeps preprocessed items by hash ----
 # Its capability name in CAPABILITIES; GetServerInfo's trailing metadata then also carries the
-# cache's byte bound and the id of this cache's life (a new one after a restart), so that the
-# gateway notices a worker whose cache is empty however it came back.
+# byte bound of one sender's share of the cache, how many senders' shares it keeps at once,
+# and the id of this cache's life (a new one after a restart), so that the gateway notices a
+# worker whose cache is empty however it came back.
 MM_ITEM_CACHE = "mm_item_cache"
 MM_CACHE_BYTES = "mmgate-mm-cache-bytes"
+MM_CACHE_SENDERS = "mmgate-mm-cache-senders"
 MM_CACHE_INSTANCE = "mmgate-mm-cache-instance"
 # Generate call metadata, comma-separated item hashes (the wire's mm_hashes). CACHED_ITEMS:
 # items whose tensors this request leaves out (the worker takes them from its cache); STORE:
 # items sent in full that the worker is to keep; EVICT: items the worker is to drop. The
-# instance says which cache life the sender's mirror describes.
+# instance says which cache life the sender's mirror describes. Several gateways (processes,
+# replicas) send to one worker, each with its own mirror: the worker keeps one partition per
+# SENDER (an id each gateway process makes at start), and PARTITION numbers the sender's
+# mirrors (a new mirror, after its partition was lost, gets a higher one) so that the worker
+# tells a mirror whose partition it dropped from a new one.
 CACHED_ITEMS = "mmgate-cached-items"
 MM_STORE = "mmgate-mm-store"
 MM_EVICT = "mmgate-mm-evict"
+MM_SENDER = "mmgate-mm-sender"
+MM_PARTITION = "mmgate-mm-partition"
 # The worker's answer when a request names cached items it does not hold (or mirrors another
 # cache life): FAILED_PRECONDITION with this message, which names them all (the gateway's own
-# gRPC client reads status messages, not trailing metadata).
+# gRPC client reads status messages, not trailing metadata). It says `partition=gone` when
+# the worker holds no partition for the sender's mirror (dropped for another sender, flushed):
+# the sender then forgets everything, not only the items named.
 MM_CACHE_MISS = "mmgate-mm-cache-miss"
 
 
 @dataclass(frozen=True)
 class ItemCacheInfo:
-    """A worker's advertised item cache: its byte bound and this life's id."""
+    """A worker's advertised item cache: one sender's byte bound (its share), how many
+    senders' shares it keeps at once, and this life's id."""
 
     max_bytes: int
     instance: str
+    senders: int = 1
 
 
 @dataclass(frozen=True)
 class ItemCacheCall:
-    """What a Generate call tells the worker's item cache."""
+    """What a Generate call tells the worker's item cache, for the partition of `sender`
+    that its mirror number `partition` describes."""
 
     instance: str
     cached: tuple[str, ...] = ()
     store: tuple[str, ...] = ()
     evict: tuple[str, ...] = ()
+    sender: str = ""
+    partition: int = 0
 
 
 @dataclass(frozen=True)
 class CacheMiss:
-    """A worker's refusal: these items are not in its cache, whose life is `instance`."""
+    """A worker's refusal: these items are not in its cache, whose life is `instance`;
+    `gone`: it holds nothing for the sender's mirror any more."""
 
     instance: str
     missing: tuple[str, ...]
+    gone: bool = False
 
 
 def item_cache_metadata(info: ItemCacheInfo) -> tuple[tuple[str, str], ...]:
     """GetServerInfo's trailing metadata for the cache (next to CAPABILITIES)."""
-    return ((MM_CACHE_BYTES, str(info.max_bytes)), (MM_CACHE_INSTANCE, info.instance))
+    return (
+        (MM_CACHE_BYTES, str(info.max_bytes)),
+        (MM_CACHE_SENDERS, str(info.senders)),
+        (MM_CACHE_INSTANCE, info.instance),
+    )
 
 
 def item_cache_info(metadata: Sequence[tuple[str, Any]] | None) -> ItemCacheInfo | None:
@@ -113,11 +134,15 @@ def item_cache_info(metadata: Sequence[tuple[str, Any]] | None) -> ItemCacheInfo
     size, instance = values.get(MM_CACHE_BYTES, ""), values.get(MM_CACHE_INSTANCE, "")
     if MM_ITEM_CACHE not in capabilities(metadata) or not (size.isascii() and size.isdigit()):
         return None
-    return ItemCacheInfo(int(size), instance) if int(size) > 0 and instance else None
+    senders = values.get(MM_CACHE_SENDERS, "1")
+    senders = int(senders) if senders.isascii() and senders.isdigit() and int(senders) else 1
+    return ItemCacheInfo(int(size), instance, senders) if int(size) > 0 and instance else None
 
 
 def item_cache_call_metadata(call: ItemCacheCall) -> tuple[tuple[str, str], ...]:
-    out = [(MM_CACHE_INSTANCE, call.instance)]
+    out = [(MM_CACHE_INSTANCE, call.instance), (MM_PARTITION, str(call.partition))]
+    if call.sender:
+        out.append((MM_SENDER, call.sender))
     for key, hashes in (
         (CACHED_ITEMS, call.cached),
         (MM_STORE, call.store),
@@ -130,7 +155,8 @@ def item_cache_call_metadata(call: ItemCacheCall) -> tuple[tuple[str, str], ...]
 
 def item_cache_call(metadata: Sequence[tuple[str, Any]] | None) -> ItemCacheCall | None:
     """What a Generate call tells the item cache; None when it says nothing (a sender that
-    does not use the cache: every item arrives in full and nothing is kept)."""
+    does not use the cache: every item arrives in full and nothing is kept). A partition
+    number that is not a non-negative decimal integer raises ValueError."""
     values = {k: v for k, v in metadata or () if isinstance(v, str)}
     if MM_CACHE_INSTANCE not in values:
         return None
@@ -138,13 +164,22 @@ def item_cache_call(metadata: Sequence[tuple[str, Any]] | None) -> ItemCacheCall
     def hashes(key: str) -> tuple[str, ...]:
         return tuple(h for h in values.get(key, "").split(",") if h)
 
+    partition = values.get(MM_PARTITION, "0")
+    if not (partition.isascii() and partition.isdigit()):
+        raise ValueError(f"{MM_PARTITION} must be a non-negative integer")
     return ItemCacheCall(
-        values[MM_CACHE_INSTANCE], hashes(CACHED_ITEMS), hashes(MM_STORE), hashes(MM_EVICT)
+        values[MM_CACHE_INSTANCE],
+        hashes(CACHED_ITEMS),
+        hashes(MM_STORE),
+        hashes(MM_EVICT),
+        values.get(MM_SENDER, ""),
+        int(partition),
     )
 
 
 def cache_miss_message(miss: CacheMiss) -> str:
-    return f"{MM_CACHE_MISS} instance={miss.instance} missing={','.join(miss.missing)}"
+    gone = " partition=gone" if miss.gone else ""
+    return f"{MM_CACHE_MISS} instance={miss.instance} missing={','.join(miss.missing)}{gone}"
 
 
 def cache_miss(message: str | None) -> CacheMiss | None:
@@ -153,4 +188,4 @@ def cache_miss(message: str | None) -> CacheMiss | None:
         return None
     fields = dict(part.partition("=")[::2] for part in message.split()[1:])
     missing = tuple(h for h in fields.get("missing", "").split(",") if h)
-    return CacheMiss(fields.get("instance", ""), missing)
+    return CacheMiss(fields.get("instance", ""), missing, fields.get("partition") == "gone")

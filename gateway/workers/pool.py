@@ -11,6 +11,7 @@ import asyncio
 import contextvars
 import logging
 import socket
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -102,6 +103,9 @@ class WorkerPool:
         )
         self.metrics = metrics or GatewayMetrics()
         self.workers: dict[str, Worker] = {}
+        # This process's id in each worker's item cache (send-once): each gateway process
+        # (--api-server-count, replicas) gets its own partition there.
+        self.sender = uuid.uuid4().hex
         for url in urls:
             self._new_worker(url)
         self.dns_names = list(dns_names)
@@ -119,6 +123,7 @@ class WorkerPool:
             HealthGate(o.health_fall, o.health_rise),
             CircuitBreaker(o.breaker_failures, o.breaker_cooldown),
             o.stream_client,
+            self.sender,
         )
         self.workers[url] = worker
         return worker

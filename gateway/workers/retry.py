@@ -11,8 +11,9 @@ unlinked when it ends, whatever ended it.
 With a worker that keeps items by hash, an attempt may leave out items its mirror says the
 worker holds (gateway/workers/send_once.py). If the worker lacks some (it restarted, or its
 cache was flushed) it refuses the request before doing anything (FAILED_PRECONDITION naming
-them): the mirror forgets them and the same worker gets the request again with every item in
-full, once. The client sees nothing of it.
+them): the mirror forgets them (everything, when the worker dropped this gateway's whole
+partition) and the same worker gets the request again with every item in full, once. The
+client sees nothing of it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import grpc
 from gateway.errors import from_grpc
 from gateway.observability import tracing
 from gateway.observability.metrics import GatewayMetrics
-from gateway.workers.send_once import ItemMirror
 from gateway.workers.tensor_transport import Attempt, InlineTail, Tail
 from gateway.workers.worker import WORKER_FAULTS, Worker
 from multimodal.wire import Piece
@@ -111,7 +111,8 @@ class RetryingGenerate:
 
     def _missed(self, error: grpc.aio.AioRpcError, attempt: Attempt | None) -> bool:
         """Whether the worker refused the attempt for items it does not hold; the mirror
-        then forgets them (all of them, for another life of the worker's cache)."""
+        then forgets them (all of them, for another life of the worker's cache or a partition
+        it dropped)."""
         plan = attempt.plan if attempt is not None else None
         if plan is None or error.code() != grpc.StatusCode.FAILED_PRECONDITION:
             return False
@@ -120,10 +121,10 @@ class RetryingGenerate:
             return False
         mirror = plan.mirror
         if self.worker.mm_items is mirror:
-            if miss.instance == mirror.instance:
+            if miss.instance == mirror.instance and not miss.gone:
                 mirror.missed(miss.missing)
             elif miss.instance:
-                self.worker.mm_items = ItemMirror(mirror.max_bytes, miss.instance)
+                self.worker.mm_items = mirror.renewed(miss.instance)
             else:  # the worker keeps no items any more
                 self.worker.mm_items = None
         return True

@@ -23,16 +23,25 @@ evictions before its keeps); so whatever order the worker applies requests in, i
 its bound and never has to drop an item by itself (tests/unit/gateway/workers/test_send_once.py
 checks this against the worker's real cache over random arrival orders and failures).
 
+Several gateway processes (`--api-server-count`, replicas) send to one worker, each with its
+own mirror: the worker keeps a partition per sender (`sender`, made once per gateway process
+by its WorkerPool), and advertises one partition's bound, which is what a mirror fills. When
+the worker drops a sender's partition (for another sender, or FlushCache) that sender's next
+request leaving an item out is refused with `partition=gone`: the worker then holds nothing
+for this mirror, so it is replaced whole by one with a higher partition number (`renewed`),
+whose keeps start a new partition.
+
 Guarantee: an item left out is held by the worker unless the worker restarted, its cache was
-flushed (FlushCache), or it dropped one by itself (a keep the mirror lost track of: a call
-cancelled while the worker built its prompt). Each of these is answered by FAILED_PRECONDITION
-naming every missing item: the mirror forgets them (or, for another life of the cache,
-everything) and the request is sent again in full to the same worker, once
-(`RetryingGenerate`).
+flushed (FlushCache), it dropped this sender's partition for another sender's, or it dropped
+an item by itself (a keep the mirror lost track of: a call cancelled while the worker built
+its prompt). Each of these is answered by FAILED_PRECONDITION naming every missing item: the
+mirror forgets them (or, for another life of the cache or a partition gone, everything) and
+the request is sent again in full to the same worker, once (`RetryingGenerate`).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +61,10 @@ State = Literal["pending", "held", "evicting"]
 # 8 KiB of metadata by default. Beyond it, items are sent in full and not kept.
 MAX_LISTED = 64
 FLOAT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# Partition numbers: each mirror made in this process gets a higher one than those before, so
+# a worker tells a sender's new mirror from one whose partition it dropped (the sender id,
+# made per process, keeps forked processes apart).
+_PARTITIONS = itertools.count(1)
 
 __all__ = ["ItemMirror", "Plan", "item_sizes", "plan_nodes"]
 
@@ -78,7 +91,8 @@ class Plan:
 
     @property
     def call(self) -> ItemCacheCall:
-        return ItemCacheCall(self.mirror.instance, self.cached, self.store, self.evict)
+        m = self.mirror
+        return ItemCacheCall(m.instance, self.cached, self.store, self.evict, m.sender, m.partition)
 
     @property
     def empty(self) -> bool:
@@ -98,11 +112,14 @@ class Plan:
 
 
 class ItemMirror:
-    """Which items one worker's cache (one life of it: `instance`) holds, bounded in bytes by
-    the bound it advertised."""
+    """Which items one worker's cache (one life of it: `instance`) holds for this sender (in
+    its partition number `partition`), bounded in bytes by the bound it advertised."""
 
-    def __init__(self, max_bytes: int, instance: str) -> None:
-        self.max_bytes, self.instance = max_bytes, instance
+    def __init__(
+        self, max_bytes: int, instance: str, sender: str = "", partition: int | None = None
+    ) -> None:
+        self.max_bytes, self.instance, self.sender = max_bytes, instance, sender
+        self.partition = next(_PARTITIONS) if partition is None else partition
         self.entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self.used = 0
         self._evict_queue: dict[str, None] = {}  # evictions to carry in the next requests
@@ -160,6 +177,11 @@ class ItemMirror:
             if entry is not None:
                 self.used -= entry.nbytes
             self._evict_queue.pop(key, None)
+
+    def renewed(self, instance: str) -> ItemMirror:
+        """An empty mirror of the same sender, for a cache life (or partition) that holds
+        nothing of this one's."""
+        return ItemMirror(self.max_bytes, instance, self.sender)
 
     def held(self, key: str) -> bool:
         entry = self.entries.get(key)

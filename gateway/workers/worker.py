@@ -6,6 +6,7 @@ import ipaddress
 import json
 import logging
 import re
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -137,7 +138,10 @@ class Worker:
         health: HealthGate | None = None,
         breaker: CircuitBreaker | None = None,
         stream_client: str = "mmgate",
+        sender: str | None = None,
     ) -> None:
+        """`sender`: this gateway process's id in the worker's item cache (WorkerPool's; a
+        fresh one when None)."""
         if stream_client not in STREAM_CLIENTS:
             raise ValueError(
                 f"stream client must be one of {STREAM_CLIENTS}, got {stream_client!r}"
@@ -160,7 +164,9 @@ class Worker:
         self.requests = 0
         self.unreachable = False  # its last connection attempt failed (logged once)
         self.refused = ""  # why it is not used: it serves another model than the gateway's
-        # What its item cache holds (None: it keeps none); a new one for each life of it.
+        # What its item cache holds for us (None: it keeps none); a new one for each life of
+        # it, or when it dropped our partition.
+        self.sender = sender or uuid.uuid4().hex
         self.mm_items: ItemMirror | None = None
 
     def reset_items(self, cache: extensions.ItemCacheInfo | None) -> None:
@@ -168,7 +174,7 @@ class Worker:
         if cache is None:
             self.mm_items = None
         elif self.mm_items is None or self.mm_items.instance != cache.instance:
-            self.mm_items = ItemMirror(cache.max_bytes, cache.instance)
+            self.mm_items = ItemMirror(cache.max_bytes, cache.instance, self.sender)
 
     @property
     def healthy(self) -> bool:

@@ -1,6 +1,8 @@
 """The worker's item cache (send-once): items rebuilt from it equal the items sent in full,
 a miss refuses the whole request naming every missing item and changes nothing, and the
-cache drops only what it is told to, unless keeping an item would pass its bound."""
+cache drops only what it is told to, unless keeping an item would pass its bound. Each
+sender has its own partition, bounded by an equal share; one sender too many drops the
+least recently used partition whole, which its sender learns by a `partition=gone` miss."""
 
 from __future__ import annotations
 
@@ -148,3 +150,84 @@ def test_an_items_size_is_its_tensors_bytes():
     built = build(request(prepared()))
     first = prompt_items(built)["a" * 64]
     assert item_nbytes(first) == 16 * 12 * 4 + 3 * 8 + 8  # its float32 rows, grid, count
+
+
+def call(sender: str, partition: int = 1, **orders) -> ItemCacheCall:
+    return ItemCacheCall("x", sender=sender, partition=partition, **orders)
+
+
+def test_each_sender_has_its_own_share_and_evicts_only_its_own_items():
+    cache = ItemCache(1000, "x", senders=2)
+    assert cache.info.max_bytes == 500 and cache.info.senders == 2  # what a mirror fills
+    items = {k: item(200) for k in ("a1", "a2", "a3", "b1", "b2")}
+    cache.update(call("A", store=("a1", "a2")), items)
+    cache.update(call("B", store=("b1", "b2")), items)
+    cache.update(call("A", store=("a3",)), items)  # past A's share: A's oldest goes
+    assert set(cache.keys("A")) == {"a2", "a3"} and set(cache.keys("B")) == {"b1", "b2"}
+    assert cache.self_evictions == 1 and cache.used == 800
+    cache.update(call("B", evict=("a2",)), items)  # B cannot drop what A holds
+    assert "a2" in cache.keys("A")
+    with pytest.raises(CacheMissError) as raised:  # nor use it
+        cache.lookup(call("B", cached=("a2",)))
+    assert raised.value.miss == CacheMiss("x", ("a2",))
+    assert cache.lookup(call("A", cached=("a2",))) == {"a2": items["a2"]}
+
+
+def test_one_sender_too_many_drops_the_least_recently_used_partition_whole():
+    cache = ItemCache(900, "x", senders=3)
+    items = {k: item(100) for k in ("a", "b", "c", "d")}
+    for sender in "ABC":
+        cache.update(call(sender, store=(sender.lower(),)), items)
+    cache.lookup(call("A", cached=("a",)))  # A used again: B is the least recent
+    cache.update(call("D", store=("d",)), items)
+    assert cache.sender_ids == ["C", "A", "D"] and cache.partitions_dropped == 1
+    assert cache.used == 300 and "b" not in cache
+    with pytest.raises(CacheMissError) as raised:
+        cache.lookup(call("B", cached=("b",)))
+    assert raised.value.miss == CacheMiss("x", ("b",), gone=True)
+    assert cache_miss(str(raised.value)) == raised.value.miss
+    # B's old mirror's orders start nothing (it would believe b still held) ...
+    cache.update(call("B", store=("b",)), items)
+    assert "B" not in cache.sender_ids and cache.lookup(call("B")) == {}
+    # ... its new mirror (a higher number) starts afresh, dropping the least recent (C).
+    cache.update(call("B", partition=2, store=("b",)), items)
+    assert cache.sender_ids == ["A", "D", "B"] and cache.used == 300
+    assert cache.lookup(call("B", partition=2, cached=("b",))) == {"b": items["b"]}
+
+
+def test_a_senders_new_mirror_replaces_its_partition_and_old_orders_are_ignored():
+    cache = ItemCache(1000, "x", senders=2)
+    items = {k: item(100) for k in "abc"}
+    cache.update(call("A", 1, store=("a", "b")), items)
+    cache.update(call("A", 2, store=("c",)), items)  # the sender's mirror was renewed
+    assert list(cache.keys("A")) == ["c"] and cache.used == 100
+    cache.update(call("A", 1, store=("a",), evict=("c",)), items)  # a late older order
+    assert list(cache.keys("A")) == ["c"]
+    with pytest.raises(CacheMissError) as raised:
+        cache.lookup(call("A", 1, cached=("c",)))
+    assert raised.value.miss.gone
+
+
+def test_a_flushed_cache_tells_every_sender_its_partition_is_gone():
+    cache = ItemCache(1000, "x", senders=2)
+    items = {k: item(100) for k in "ab"}
+    cache.update(call("A", store=("a",)), items)
+    cache.update(call("B", store=("b",)), items)
+    cache.clear()
+    assert cache.used == 0 and len(cache) == 0
+    for sender, key in (("A", "a"), ("B", "b")):
+        cache.update(call(sender, store=(key,)), items)  # an order sent before the flush
+        with pytest.raises(CacheMissError) as raised:
+            cache.lookup(call(sender, cached=(key,)))
+        assert raised.value.miss.gone
+
+
+def test_a_gateway_sending_no_sender_id_gets_its_partition_started_again():
+    """A gateway from before partitions (no sender id, no `partition=gone`): after a flush
+    its keeps are taken again, so that it still leaves items out."""
+    cache = ItemCache(1000, "x", senders=2)
+    old, items = ItemCacheCall("x", store=("a",)), {"a": item(100)}
+    cache.update(old, items)
+    cache.clear()
+    cache.update(old, items)
+    assert cache.lookup(ItemCacheCall("x", cached=("a",))) == items

@@ -3,6 +3,8 @@ serve` and our worker (its item cache on at vLLM's default --mm-processor-cache-
 as vLLM's own server does, token for token with logprobs, while turns 2 and 3 leave out
 every image's tensors (gateway metrics: every item left out, so no pixel byte sent). A
 flushed worker cache (FlushCache, as after a restart) costs one resend and the same answer.
+Two gateways in front of the one worker, alternating turns of one chat, each send the
+images once and then hit (each has its own partition of the worker's cache).
 On the API pair's vision engines (session scope): no engine of its own."""
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import httpx
 from protos import common_pb2
 from tests.support.e2e_cases import make_image
 from tests.support.family_e2e import REFERENCE_NAME, data_uri
+from tests.support.gateway_process import GatewayProcess
 from tests.support.video_e2e import assert_same_answer
 
 # Qwen2-VL's 640x480 + 1280x960 pair, scaled down to fit the tiny model's 2048 tokens.
@@ -75,3 +78,41 @@ def test_a_chat_resending_two_images_sends_them_once_and_equals_vllm(vision_stac
     assert deltas[-1]["resends"] == 1 and deltas[-1]["hits"] == 0
     turn(None)
     assert deltas[-1]["resends"] == 0 and deltas[-1]["hits"] == 2  # kept again by the resend
+
+
+def test_two_gateways_alternating_turns_each_send_the_images_once(vision_stack, tmp_path):
+    """Each gateway process is a sender with its own partition of the worker's cache, whose
+    share is what it mirrors: the second one's keeps neither evict the first one's items nor
+    make it miss. (Far below the bound here: the unit tests, tests/unit/gateway/workers/
+    test_send_once*.py, are where senders contend for room.)"""
+    model = str(vision_stack.model)
+    other = GatewayProcess(
+        vision_stack.model, [vision_stack.worker.address], tmp_path / "gw2.log"
+    ).wait_ready()
+    try:
+        gateways = [vision_stack.mmgate_url, other.base_url]
+        pair = [make_image(168, 112, seed=2911), make_image(112, 140, seed=2912)]
+        images = [{"type": "image_url", "image_url": {"url": data_uri(i)}} for i in pair]
+        messages: list = [{"role": "user", "content": [*images, {"type": "text", "text": "Hi"}]}]
+        deltas = []
+        for number in range(5):
+            url = gateways[number % 2]
+            before = metrics(url)
+            want = chat(vision_stack.vllm_url, REFERENCE_NAME, messages)
+            assert_same_answer(chat(url, model, messages), want)
+            after = metrics(url)
+            deltas.append({k: after[k] - before.get(k, 0.0) for k in after})
+            reply = want.json()["choices"][0]["message"]["content"]
+            messages += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": f"And now? ({number})"},
+            ]
+        assert [d["hits"] for d in deltas] == [0, 0, 2, 2, 2]  # each sends them once
+        assert all(d["resends"] == 0 for d in deltas)
+        # Each mirrors its own partition: a share of vLLM's default 4 GiB, one of 4 senders.
+        views = [httpx.get(f"{url}/admin/workers", timeout=10).json() for url in gateways]
+        mirrors = [view["workers"][0]["mm_item_cache"] for view in views]
+        assert [m["max_bytes"] for m in mirrors] == [(4 << 30) // 4] * 2
+        assert mirrors[1]["items"] == 2  # the second gateway's: the pair it sent
+    finally:
+        other.stop()

@@ -75,6 +75,30 @@ def test_a_miss_forgets_the_items_and_nothing_else():
     assert mirror.plan([("a", 100)]).store == ("a",)
 
 
+def test_a_renewed_mirror_is_empty_with_a_higher_partition_number():
+    mirror = ItemMirror(1000, "w", "gw")
+    mirror.plan([("a", 100)]).confirm()
+    fresh = mirror.renewed("w")
+    assert not fresh.entries and fresh.used == 0 and fresh.partition > mirror.partition
+    assert (fresh.sender, fresh.max_bytes) == ("gw", 1000)
+    call = fresh.plan([("a", 100)]).call
+    assert (call.sender, call.partition, call.store) == ("gw", fresh.partition, ("a",))
+
+
+def test_a_call_carries_its_sender_and_partition_in_metadata():
+    from protos.extensions import (
+        ItemCacheCall,
+        item_cache_call,
+        item_cache_call_metadata,
+    )
+
+    call = ItemCacheCall("life", ("a",), ("b",), ("c",), "gw", 7)
+    assert item_cache_call(item_cache_call_metadata(call)) == call
+    assert item_cache_call([("mmgate-mm-cache-instance", "life")]) == ItemCacheCall("life")
+    with pytest.raises(ValueError, match="mmgate-mm-partition"):
+        item_cache_call([("mmgate-mm-cache-instance", "life"), ("mmgate-mm-partition", "-1")])
+
+
 def test_too_large_items_and_long_lists_are_sent_in_full():
     mirror = ItemMirror(1000, "w")
     assert mirror.plan([("huge", 1001)]).empty
@@ -86,21 +110,26 @@ def item(nbytes: int) -> MultiModalKwargsItem:
     return MultiModalKwargsItem.dummy(nbytes)
 
 
+@pytest.mark.parametrize("senders", [1, 3])
 @pytest.mark.parametrize("seed", range(8))
-def test_any_arrival_order_leaves_the_worker_holding_every_item_left_out(seed):
-    """Requests sent one after another reach the worker in a random order (concurrent
+def test_any_arrival_order_leaves_the_worker_holding_every_item_left_out(seed, senders):
+    """Requests sent one after another (by one gateway, or by several interleaving, each
+    with its own mirror of its partition) reach the worker in a random order (concurrent
     streams), some fail before the worker sees them and some after it applied them; the
     worker's real cache never misses an item left out, never drops one by itself, never
-    passes its bound."""
+    lets a sender pass its share nor evict another's items, never passes its bound."""
     rng = random.Random(seed)
-    bound = 4000
-    mirror, worker = ItemMirror(bound, "life"), ItemCache(bound, "life")
+    bound = 4000 * senders
+    worker = ItemCache(bound, "life", senders=senders)
+    share = worker.info.max_bytes
+    mirrors = [ItemMirror(share, "life", f"gw{i}") for i in range(senders)]
     sizes = {f"h{i}": rng.choice([300, 700, 1200, 2500]) for i in range(14)}
     sent, arrived = [], []  # plans with each request's items
     hits = 0
-    for _ in range(600):
+    for _ in range(600 * senders):
         action = rng.random()
         if action < 0.35 or not (sent or arrived):
+            mirror = rng.choice(mirrors) if senders > 1 else mirrors[0]  # (seeds as before)
             keys = rng.sample(sorted(sizes), rng.randint(1, 3))
             sent.append((mirror.plan([(k, sizes[k]) for k in keys]), keys))
         elif action < 0.75 and sent:
@@ -117,8 +146,11 @@ def test_any_arrival_order_leaves_the_worker_holding_every_item_left_out(seed):
         elif arrived:
             plan = arrived.pop(rng.randrange(len(arrived)))
             plan.confirm() if rng.random() < 0.9 else plan.fail()  # failed after applying
-        assert set(worker.keys()) <= set(mirror.entries)  # the mirror counts all it holds
-    assert hits > 20  # (the run did leave items out)
+        for mirror in mirrors:  # each mirror counts all its partition holds
+            assert set(worker.keys(mirror.sender)) <= set(mirror.entries)
+            assert worker.partition_used(mirror.sender) <= share
+    assert hits > 20 * senders  # (the run did leave items out)
+    assert len(worker.sender_ids) == senders
 
 
 def test_the_safety_net_recovers_a_keep_the_mirror_lost():

@@ -2,7 +2,9 @@
 stand-in that runs the real item cache and the real prompt builder: a chat resending two
 images sends their pixels once, the worker's items equal those of a request sent in full,
 and a flushed or restarted worker costs one resend on the same worker, counted, with the
-client seeing a normal answer."""
+client seeing a normal answer. Several gateways sending to one worker (one cache, a
+partition each) each send the pixels once; one gateway too many drops the least recently
+used one's partition, which costs that gateway one resend, after which it hits again."""
 
 from __future__ import annotations
 
@@ -27,13 +29,14 @@ from tests.unit.gateway.workers.test_tensor_transport import facts
 
 
 class CachingWorker:
-    """Builds each request's prompt as `mmgate engine` does, with its item cache."""
+    """Builds each request's prompt as `mmgate engine` does, with its item cache; as one
+    gateway process's Worker for it (`sender`: several may share one cache)."""
 
     url = "grpc://w:1"
 
-    def __init__(self, cache: ItemCache) -> None:
+    def __init__(self, cache: ItemCache, sender: str = "") -> None:
         self.cache, self.facts = cache, facts()
-        self.mm_items: ItemMirror | None = ItemMirror(cache.max_bytes, cache.instance)
+        self.mm_items: ItemMirror | None = ItemMirror(cache.info.max_bytes, cache.instance, sender)
         self.pixel_bytes: list[int] = []  # per call received
         self.prompts: list = []
 
@@ -140,3 +143,40 @@ def test_a_worker_without_the_cache_gets_everything_and_no_orders(reference):
     turn(worker, GatewayMetrics())
     assert worker.pixel_bytes[0] == worker.pixel_bytes[1] > 0
     assert all(extensions.MM_CACHE_INSTANCE not in m for m in seen)
+
+
+def test_gateways_sharing_a_worker_each_send_the_pixels_once(reference):
+    cache = ItemCache(1 << 20, senders=2)
+    gateways, metrics = [CachingWorker(cache, s) for s in ("A", "B")], GatewayMetrics()
+    for _ in range(3):  # alternating turns of the same conversation
+        for gateway in gateways:
+            assert len(turn(gateway, metrics)) == 2
+    full = gateways[0].pixel_bytes[0]
+    for gateway in gateways:
+        assert gateway.pixel_bytes == [full, 0, 0]
+        assert set(cache.keys(gateway.mm_items.sender)) == set(gateway.mm_items.entries)
+        for prompt in gateway.prompts:
+            assert_same_items(prompt, reference)
+    assert value(metrics, "hits") == 8 and value(metrics, "resends") == 0
+    assert cache.self_evictions == 0 and cache.used == 2 * cache.partition_used("A") > 0
+
+
+def test_one_gateway_too_many_costs_the_least_recent_one_a_resend(reference):
+    cache = ItemCache(1 << 20, senders=2)
+    a, b, c = (CachingWorker(cache, s) for s in "ABC")
+    metrics = GatewayMetrics()
+    for gateway in (a, b, a, b, c):  # C takes the partition of A, the least recent
+        turn(gateway, metrics)
+    assert cache.sender_ids == ["B", "C"] and value(metrics, "resends") == 0
+    before = a.mm_items
+    turn(a, metrics)  # leaves both out: refused, partition gone; sent in full
+    turn(a, metrics)
+    full = a.pixel_bytes[0]
+    assert a.pixel_bytes == [full, 0, 0, full, 0] and value(metrics, "resends") == 1
+    mirror = a.mm_items
+    assert mirror is not before and mirror.partition > before.partition  # forgot it all
+    assert set(mirror.entries) == set(cache.keys("A")) and len(mirror.entries) == 2
+    assert cache.sender_ids == ["C", "A"]  # B was the least recent then
+    assert cache.used <= cache.max_bytes and cache.self_evictions == 0
+    for prompt in a.prompts:
+        assert_same_items(prompt, reference)
