@@ -2,7 +2,9 @@
 
 GET lists every worker with its state; POST {"url": "grpc://HOST:PORT"} adds one (it gets
 traffic once it answers); DELETE {"url": ...} stops routing to it and drops it once its requests
-have finished. Guarded by the API key when one is set.
+have finished. Guarded by the API key when one is set. With several gateway processes
+(`--api-server-count`), the process that took the change passes it to the others through the
+supervisor (processes/control.py); GET shows the state as the answering process sees it.
 """
 
 from __future__ import annotations
@@ -46,9 +48,15 @@ async def list_workers(state: State, body: None) -> dict:
 
 async def add_worker(state: State, body: Any) -> dict:
     ref = parse_body(WorkerRef, body)
-    return describe(await state.pool.add(ref.url))  # 201, as its route says
+    worker = await state.pool.add(ref.url)
+    if (member := getattr(state, "member", None)) is not None:
+        member.control.worker_added(worker.url)  # to the other processes
+    return describe(worker)  # 201, as its route says
 
 
 async def remove_worker(state: State, body: Any) -> dict:
     ref = parse_body(WorkerRef, body)
-    return describe(state.pool.remove(ref.url))  # 202: it goes once its requests are done
+    worker = state.pool.remove(ref.url)
+    if (member := getattr(state, "member", None)) is not None:
+        member.control.worker_removed(worker.url)
+    return describe(worker)  # 202: it goes once its requests are done

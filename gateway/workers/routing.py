@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -86,6 +86,9 @@ class Router:
         self.balance_threshold = balance_threshold
         self.cache_threshold = cache_threshold
         self.prefixes = PrefixIndex()
+        # Told every insert into `prefixes`: several gateway processes pass them to each
+        # other, so each routes a conversation's next turn where any of them sent the last.
+        self.on_insert: Callable[[str, list[int]], None] | None = None
         self._turn = itertools.count()
         self._rng = rng or random.Random()
 
@@ -121,4 +124,6 @@ class Router:
             else:
                 decision = Decision(self._least_loaded(workers), "cache_miss")
         self.prefixes.insert(decision.worker.url, hashes)
+        if self.on_insert is not None:
+            self.on_insert(decision.worker.url, hashes)
         return decision
