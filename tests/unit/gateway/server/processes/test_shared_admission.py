@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
 
 import pytest
@@ -22,62 +21,30 @@ from gateway.server.processes.shared import (
     SharedAdmission,
     make_context,
 )
-
-MAX_IN_FLIGHT = 3
-
-
-def _hammer(table: ProcessTable, index: int, requests: int, results) -> None:
-    """A process sending `requests` at once through its admission; reports the most slots
-    it ever saw taken gateway-wide while holding one, and how many it served."""
-
-    async def one(admission: SharedAdmission, seen: list[int]) -> None:
-        await admission.enter()
-        try:
-            seen.append(table.total(IN_FLIGHT))
-            await asyncio.sleep(random.uniform(0, 0.004))
-            seen.append(table.total(IN_FLIGHT))
-        finally:
-            admission.leave()
-
-    async def main() -> tuple[int, int]:
-        admission = SharedAdmission(table, index, MAX_IN_FLIGHT, 10_000, 60)
-        seen: list[int] = []
-        await asyncio.gather(*(one(admission, seen) for _ in range(requests)))
-        return max(seen), len(seen) // 2
-
-    results.put((index,) + asyncio.run(main()))
+from tests.support.shared_admission_load import MAX_IN_FLIGHT, hammer, hold
 
 
 def test_processes_hammering_it_never_exceed_the_bound():
+    """Two spawned processes and this one, 40 requests each at once, bound 3."""
     ctx = make_context()
     table, results = ProcessTable(ctx, 3), ctx.Queue()
-    procs = [ctx.Process(target=_hammer, args=(table, i, 60, results)) for i in range(3)]
+    procs = [ctx.Process(target=hammer, args=(table, i, 40, results)) for i in (1, 2)]
     for p in procs:
         p.start()
-    reports = [results.get(timeout=60) for _ in procs]
+    hammer(table, 0, 40, results)
+    reports = [results.get(timeout=60) for _ in range(3)]
     for p in procs:
         p.join(10)
     assert sorted(r[0] for r in reports) == [0, 1, 2]
-    assert all(served == 60 for _, _, served in reports)
+    assert all(served == 40 for _, _, served in reports)
     assert max(most for _, most, _ in reports) == MAX_IN_FLIGHT  # reached, never passed
     assert table.total(IN_FLIGHT) == table.total(QUEUED) == 0
-
-
-def _hold(table: ProcessTable, slots: int, held) -> None:
-    async def main() -> None:
-        admission = SharedAdmission(table, 1, MAX_IN_FLIGHT, 10, 60)
-        for _ in range(slots):
-            await admission.enter()
-        held.set()
-        await asyncio.sleep(3600)  # until killed
-
-    asyncio.run(main())
 
 
 def test_a_dead_process_slots_are_reclaimed_for_the_others():
     ctx = make_context()
     table, held = ProcessTable(ctx, 2), ctx.Event()
-    other = ctx.Process(target=_hold, args=(table, MAX_IN_FLIGHT, held))
+    other = ctx.Process(target=hold, args=(table, 1, MAX_IN_FLIGHT, held))
     other.start()
     try:
         assert held.wait(30)
