@@ -208,6 +208,17 @@ class GatewayMetrics:
         if longest_choice > 1:
             self.tpot.observe(decode_seconds / (longest_choice - 1))
 
+    def gateway_wide(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        """What /metrics shows, by sample name then sorted labels (several processes: the
+        whole gateway's), for the admin view."""
+        self.publish()
+        found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        for family in self._exposed.collect():
+            for sample in family.samples:
+                labels = tuple(sorted(sample.labels.items()))
+                found.setdefault(sample.name, {})[labels] = sample.value
+        return found
+
     def exposition(self) -> bytes:
         self.publish()
         return generate_latest(self._exposed)

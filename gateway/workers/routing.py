@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,6 +91,11 @@ class Router:
         self.on_insert: Callable[[str, list[int]], None] | None = None
         self._turn = itertools.count()
         self._rng = rng or random.Random()
+
+    def share_turns(self, turns: Iterator[int]) -> None:
+        """Round-robin turns (and least-loaded rotation) from a counter several gateway
+        processes share, so round robin goes round the workers once for all of them."""
+        self._turn = turns
 
     def choose(self, workers: Sequence[Routable], prompt_ids: Sequence[int] = ()) -> Decision:
         if self.policy == "cache_aware" and prompt_ids:

@@ -38,6 +38,7 @@ class Member:
     def attach(self, state: State, pool: WorkerPool, metrics: GatewayMetrics) -> None:
         """In the app's lifespan, once the pool has started."""
         self.control.attach(pool)
+        pool.router.share_turns(self.table.turns())
         self._task = asyncio.create_task(self._keep(state, metrics))
 
     async def _keep(self, state: State, metrics: GatewayMetrics) -> None:

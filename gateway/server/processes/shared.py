@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Iterator
 from multiprocessing.context import SpawnContext
 
 from gateway.errors import GatewayError
@@ -23,6 +24,7 @@ from gateway.observability.metrics import GaugesFrom
 
 IN_FLIGHT, QUEUED, HEAD, READY = range(4)
 FIELDS = 4
+NEXT_TICKET, NEXT_TURN = -2, -1  # after every process's fields
 NO_TICKET = 1 << 62
 POLL_SECONDS = 0.002
 LOCK_TIMEOUT = 2.0  # nothing holds the lock this long but a process that died holding it
@@ -34,7 +36,7 @@ class ProcessTable:
 
     def __init__(self, ctx: SpawnContext, count: int) -> None:
         self.count = count
-        self.values = ctx.RawArray("q", count * FIELDS + 1)  # + the next ticket
+        self.values = ctx.RawArray("q", count * FIELDS + 2)  # + the next ticket and turn
         self.lock = ctx.Lock()
         for index in range(count):
             self.values[index * FIELDS + HEAD] = NO_TICKET
@@ -51,6 +53,14 @@ class ProcessTable:
 
     def all_ready(self) -> bool:
         return self.total(READY) == self.count
+
+    def turns(self) -> Iterator[int]:
+        """The gateway's round-robin turns, one counter for every process."""
+        while True:
+            with self.lock:
+                turn = self.values[NEXT_TURN]
+                self.values[NEXT_TURN] = turn + 1
+            yield turn
 
     def reclaim(self, index: int) -> None:
         """A dead child's slots and waiters, given back (by the supervisor). A child killed
@@ -112,8 +122,8 @@ class SharedAdmission:
                     f"{self.max_queue} queued); retry later",
                     429,
                 )
-            ticket = v[-1]
-            v[-1] = ticket + 1
+            ticket = v[NEXT_TICKET]
+            v[NEXT_TICKET] = ticket + 1
             v[self._base + QUEUED] += 1
             if not self._waiters:
                 v[self._base + HEAD] = ticket

@@ -100,6 +100,14 @@ def served_by(gateway: GatewayProcess) -> set[str]:
     return set(re.findall(r"POST /v1/chat/completions 200 .*gateway_process=(\d)", text))
 
 
+def _log(gateway: GatewayProcess) -> str:
+    return gateway.log_path.read_text()
+
+
+def _admin_lines(gateway: GatewayProcess, index: str) -> int:
+    return len(re.findall(rf"GET /admin/workers 200 .*gateway_process={index}\b", _log(gateway)))
+
+
 def children(pid: int) -> list[int]:
     text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     found = []
@@ -127,6 +135,11 @@ def test_metrics_count_every_process_requests_once(gateway):
         assert chat(gateway, f"count me {i}").status_code == 200
     wait_for(lambda: len(served_by(gateway)) == 2, 5, "both processes serving")
     assert metrics(gateway)[CHAT_200] - before == 30
+    # /admin/workers counts for the whole gateway too, whichever process answers
+    for _ in range(6):
+        listing = httpx.get(f"{gateway.base_url}/admin/workers", timeout=10).json()
+        (worker,) = listing["workers"]
+        assert worker["requests_total"] == metrics(gateway)[CHAT_200]
 
 
 def test_a_worker_added_or_removed_through_one_process_changes_them_all(gateway, mocks):
@@ -181,6 +194,8 @@ def _per_worker(gateway: GatewayProcess) -> dict[str, float]:
 def test_a_killed_process_is_restarted_and_its_slots_given_back(gateway, mocks):
     pids = children(gateway.proc.pid)
     assert len(pids) == 2
+    added = mocks[1].url  # a runtime change the restarted process must be given
+    httpx.post(f"{gateway.base_url}/admin/workers", json={"url": added}, timeout=30)
     # a stream in flight in each process, then one process killed under it
     streams = [threading.Thread(target=chat, args=(gateway, f"s{i}", True)) for i in range(6)]
     for thread in streams:
@@ -195,6 +210,17 @@ def test_a_killed_process_is_restarted_and_its_slots_given_back(gateway, mocks):
     for i in range(10):
         assert chat(gateway, f"after {i}").status_code == 200
     wait_for(lambda: metrics(gateway)[("mmgate_admitted_requests", ())] == 0, 5, "slots free")
+    (index,) = re.findall(rf"gateway process (\d) started \(pid {pids[0]}\)", _log(gateway))
+    answered = _admin_lines(gateway, index)
+    for _ in range(50):  # until the restarted process has answered some
+        view = httpx.get(f"{gateway.base_url}/admin/workers", timeout=10)
+        assert added in {w["url"] for w in view.json()["workers"]}
+        if _admin_lines(gateway, index) > answered:
+            break
+        time.sleep(0.1)  # (its access lines are written every 0.1 s)
+    else:
+        raise AssertionError("the restarted process answered none of 50 requests")
+    httpx.request("DELETE", f"{gateway.base_url}/admin/workers", json={"url": added})
 
 
 def test_admission_bounds_the_gateway_and_sigterm_finishes_every_stream(

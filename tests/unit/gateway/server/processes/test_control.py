@@ -108,3 +108,17 @@ def test_block_hashes_are_equal_in_every_process():
 class _W:
     def __init__(self, url: str) -> None:
         self.url, self.assigned = url, 0
+
+
+def test_round_robin_goes_round_once_for_every_process():
+    """Two processes' routers on one table's turns: together they alternate the workers, as
+    one gateway's round robin does (each on its own counter could send both to W1)."""
+    from gateway.server.processes.shared import ProcessTable
+
+    table = ProcessTable(multiprocessing.get_context("spawn"), 2)
+    routers = [Router("round_robin"), Router("round_robin")]
+    for router in routers:
+        router.share_turns(table.turns())
+    workers = [_W(W1), _W(W2)]
+    picked = [routers[i % 2].choose(workers).worker.url for i in range(6)]
+    assert picked == [W1, W2] * 3
