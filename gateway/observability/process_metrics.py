@@ -7,7 +7,7 @@ A scrape reaches one process, which answers for all of them:
   histograms (their counts happened), live ones only for gauges (`livesum`);
 - what each process reads from its own state at scrape time (its worker pool's view, its
   media cache) is written by every process to a snapshot file in the same directory about
-  once a second (and by the scraped one just before answering) and merged: summed, except the
+  four times a second (and by the scraped one just before answering) and merged: summed, except the
   per-worker states in MERGE_MAX / MERGE_MIN (a worker is healthy only if every process finds
   it healthy; its circuit state is the most open one). A process's snapshot goes with it
   (removed by the supervisor when it dies), so a removed worker or a dead process leaves no

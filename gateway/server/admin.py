@@ -49,7 +49,7 @@ async def list_workers(state: State, body: None) -> dict:
 
 
 # Several processes: the per-worker state as the whole gateway sees it, merged as /metrics
-# merges it (observability/process_metrics.py; other processes' views up to a second old).
+# merges it (observability/process_metrics.py; other processes' views up to 0.25 s old).
 GATEWAY_WIDE = {
     "healthy": ("mmgate_worker_healthy", bool),  # by every process
     "draining": ("mmgate_worker_draining", bool),
@@ -75,7 +75,7 @@ async def add_worker(state: State, body: Any) -> dict:
     worker = await state.pool.add(ref.url)
     if (member := getattr(state, "member", None)) is not None:
         member.control.worker_added(worker.url)  # to the other processes
-    return describe(worker)  # 201, as its route says
+    return _described(state, worker)  # 201, as its route says
 
 
 async def remove_worker(state: State, body: Any) -> dict:
@@ -83,4 +83,11 @@ async def remove_worker(state: State, body: Any) -> dict:
     worker = state.pool.remove(ref.url)
     if (member := getattr(state, "member", None)) is not None:
         member.control.worker_removed(worker.url)
-    return describe(worker)  # 202: it goes once its requests are done
+    return _described(state, worker)  # 202: it goes once its requests are done
+
+
+def _described(state: State, worker: Worker) -> dict[str, Any]:
+    described = [describe(worker)]
+    if getattr(state, "member", None) is not None:
+        _gateway_wide(described, state.metrics.gateway_wide())
+    return described[0]

@@ -16,7 +16,7 @@ from gateway.server.processes.control import ControlChannel
 from gateway.server.processes.shared import ProcessTable, SharedAdmission
 from gateway.workers.pool import WorkerPool
 
-PUBLISH_SECONDS = 1.0
+PUBLISH_SECONDS = 0.25  # how old another process's view in /metrics and the admin view may be
 
 
 @dataclass
