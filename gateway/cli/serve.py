@@ -47,6 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    p.add_argument(
+        "--api-server-count",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="gateway processes serving the port, each with its own event loop and worker "
+        "connections, under a supervisor that starts, restarts and stops them as one; "
+        "admission limits, /admin/workers changes, /metrics and cache-aware routing stay "
+        "gateway-wide. About one per core the gateway may use (README: Several processes). "
+        "vLLM's flag (default: %(default)s: one process, no supervisor)",
+    )
     p.add_argument("--served-model-name", help="model name clients use (default: --model)")
     p.add_argument("--chat-template", help="a chat template file or string overriding the model's")
     p.add_argument("--allowed-media-domains", nargs="*", help="only fetch images from these hosts")
@@ -479,6 +490,11 @@ def main(argv: list[str]) -> int:
         parsing=parsing,
     )
     configure_logging(args.log_format)
+    if args.api_server_count > 1:
+        from gateway.server.processes.supervisor import Supervisor
+
+        count = args.api_server_count
+        return Supervisor(count, config, args.host, args.port, args.log_format).run()
     uvicorn.run(
         create_app(config), host=args.host, port=args.port, log_config=None, access_log=False
     )

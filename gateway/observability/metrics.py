@@ -7,11 +7,15 @@ Worker state is read from the pool at scrape time, so it can never go stale.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+
+from gateway.observability.process_metrics import MergedSnapshots, snapshot_path, write_snapshot
 
 if TYPE_CHECKING:
     from multimodal.media_cache import MediaCache
@@ -23,9 +27,21 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class GatewayMetrics:
-    def __init__(self) -> None:
+    """`multiprocess_dir`: one of several gateway processes (`--api-server-count`), process
+    `process_index`, whose /metrics answers for all of them (process_metrics.py); None: the
+    only process."""
+
+    def __init__(self, multiprocess_dir: Path | None = None, process_index: int = 0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._local: list[Collector] = []  # read from this process's state at scrape time
+        self._exposed = r  # what /metrics reads
+        self._snapshot: Path | None = None
+        if multiprocess_dir is not None:
+            self._exposed = CollectorRegistry()
+            MultiProcessCollector(self._exposed, str(multiprocess_dir))
+            self._exposed.register(MergedSnapshots(multiprocess_dir))
+            self._snapshot = snapshot_path(multiprocess_dir, process_index)
         self.requests = Counter(
             "mmgate_requests", "HTTP requests by route and status", ["route", "status"], registry=r
         )
@@ -37,7 +53,11 @@ class GatewayMetrics:
             registry=r,
         )
         self.in_flight = Gauge(
-            "mmgate_requests_in_flight", "HTTP requests being served", ["route"], registry=r
+            "mmgate_requests_in_flight",
+            "HTTP requests being served",
+            ["route"],
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.ttft = Histogram(
             "mmgate_time_to_first_token_seconds",
@@ -144,10 +164,16 @@ class GatewayMetrics:
         )
 
         self.store_bytes = Gauge(
-            "mmgate_responses_store_bytes", "bytes of stored responses held", registry=r
+            "mmgate_responses_store_bytes",
+            "bytes of stored responses held",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.store_entries = Gauge(
-            "mmgate_responses_store_entries", "stored responses held", registry=r
+            "mmgate_responses_store_entries",
+            "stored responses held",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.store_evictions = Counter(
             "mmgate_responses_store_evictions",
@@ -165,8 +191,22 @@ class GatewayMetrics:
         self.store_entries.set(entries)
         self.store_bytes.set(total_bytes)
 
-    def watch(self, collector: Collector) -> None:
+    def watch(self, collector: Collector, gateway_wide: bool = False) -> None:
+        """A collector read at scrape time. Several processes: one reading this process's
+        own state is merged with the others' (`publish`); a `gateway_wide` one (shared
+        state) is read once."""
         self.registry.register(collector)
+        if self._snapshot is None:
+            return
+        if gateway_wide:
+            self._exposed.register(collector)
+        else:
+            self._local.append(collector)
+
+    def publish(self) -> None:
+        """Several processes: this one's scrape-time metrics, for whichever is scraped."""
+        if self._snapshot is not None:
+            write_snapshot(self._snapshot, self._local)
 
     def observe_generation(
         self,
@@ -186,8 +226,20 @@ class GatewayMetrics:
         if longest_choice > 1:
             self.tpot.observe(decode_seconds / (longest_choice - 1))
 
+    def gateway_wide(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        """What /metrics shows, by sample name then sorted labels (several processes: the
+        whole gateway's), for the admin view."""
+        self.publish()
+        found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        for family in self._exposed.collect():
+            for sample in family.samples:
+                labels = tuple(sorted(sample.labels.items()))
+                found.setdefault(sample.name, {})[labels] = sample.value
+        return found
+
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        self.publish()
+        return generate_latest(self._exposed)
 
 
 class GaugesFrom(Collector):

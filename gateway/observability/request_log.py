@@ -63,6 +63,16 @@ class _WithRequestId(logging.Filter):
         return True
 
 
+class _WithProcess(logging.Filter):
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.gateway_process = self.index
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request_id and extra fields."""
 
@@ -153,11 +163,17 @@ class BatchedStreamHandler(logging.StreamHandler):
             self.flush()
 
 
-def configure_logging(log_format: str = "text", level: int = logging.INFO) -> None:
-    """Root handler for the gateway process; uvicorn's loggers go through it too."""
+def configure_logging(
+    log_format: str = "text", level: int = logging.INFO, process_index: int | None = None
+) -> None:
+    """Root handler for the gateway process; uvicorn's loggers go through it too.
+    `process_index`: one of several gateway processes (`--api-server-count`), named on each
+    line as `gateway_process=INDEX`."""
     handler = BatchedStreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(_WithRequestId())
+    if process_index is not None:
+        handler.addFilter(_WithProcess(process_index))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

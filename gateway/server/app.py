@@ -51,6 +51,8 @@ from gateway.server.middleware import (
     TracingMiddleware,
 )
 from gateway.server.openapi import install as install_openapi
+from gateway.server.processes.member import Member
+from gateway.server.processes.shared import SharedAdmission
 from gateway.server.routes import VERSION, hot_handlers
 from gateway.server.routes import install as install_routes
 from gateway.stream.logprobs import TokenTexts
@@ -78,13 +80,18 @@ class Services:
     messages: MessagesService
 
 
-def create_app(config: GatewayConfig) -> ASGIApp:
+def create_app(config: GatewayConfig, member: Member | None = None) -> ASGIApp:
+    """`member`: this process's part in a multi-process gateway (`--api-server-count`)."""
     configure_tracing(config.otlp_traces_endpoint)
-    metrics = GatewayMetrics()
+    metrics = GatewayMetrics() if member is None else member.metrics()
     model_name = config.served_model_name or str(config.model)
     limits = config.admission
-    admission = Admission(limits.max_in_flight, limits.max_queue, limits.queue_timeout)
-    metrics.watch(admission.collector())
+    admission: Admission | SharedAdmission
+    if member is None:
+        admission = Admission(limits.max_in_flight, limits.max_queue, limits.queue_timeout)
+    else:
+        admission = member.admission(limits)
+    metrics.watch(admission.collector(), gateway_wide=True)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -99,7 +106,11 @@ def create_app(config: GatewayConfig) -> ASGIApp:
             urls = ", ".join([*pool.workers, *config.worker_dns])
             log.warning("no worker answered yet (%s): answering 503 until one does", urls)
         waiting = asyncio.create_task(_build_when_known(app, config, pool, http, metrics))
+        if member is not None:
+            member.attach(app.state, pool, metrics)
         yield
+        if member is not None:
+            await member.detach()
         await app.state.background.close()
         waiting.cancel()
         with suppress(asyncio.CancelledError):
@@ -110,6 +121,7 @@ def create_app(config: GatewayConfig) -> ASGIApp:
     app = FastAPI(title="mmgate", version=VERSION, lifespan=lifespan)
 
     app.state.model_name, app.state.model_root = model_name, str(config.model)
+    app.state.member = member
     app.state.limits, app.state.metrics = config.limits, metrics
     # The response store outlives the services (rebuilt when the model's files change).
     app.state.response_store = InMemoryResponseStore(config.responses_store, metrics)
@@ -234,7 +246,10 @@ def _log_fallback(model_type: object, mode: str, pool: WorkerPool) -> None:
 
 
 def _middleware(
-    app: FastAPI, config: GatewayConfig, metrics: GatewayMetrics, admission: Admission
+    app: FastAPI,
+    config: GatewayConfig,
+    metrics: GatewayMetrics,
+    admission: Admission | SharedAdmission,
 ) -> ASGIApp:
     """Around the FastAPI app, outermost last: request ids and logs see everything, CORS
     answers preflights before the API key is asked for, and only authorized requests take

@@ -21,6 +21,7 @@ from gateway.observability import tracing
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_log import bind_request_id, current_request_id, unbind_request_id
 from gateway.server.admission import Admission
+from gateway.server.processes.shared import SharedAdmission
 from gateway.workers.pool import lease_scope
 
 access_log = logging.getLogger("mmgate.access")
@@ -168,7 +169,11 @@ class AdmissionMiddleware:
     stream) and count as assigned to the workers they were routed to until then."""
 
     def __init__(
-        self, app: ASGIApp, admission: Admission, metrics: GatewayMetrics, routes: Collection[str]
+        self,
+        app: ASGIApp,
+        admission: Admission | SharedAdmission,
+        metrics: GatewayMetrics,
+        routes: Collection[str],
     ) -> None:
         self.app, self.admission, self.metrics = app, admission, metrics
         self.routes = frozenset(routes)

@@ -45,6 +45,7 @@ WAITING = (
     "no engine worker has answered yet: the gateway learns the model from the first worker "
     "that does; try again shortly"
 )
+PROCESSES_STARTING = "not every gateway process (--api-server-count) is ready yet"
 VERSION = "0.1.0"
 # What serves a route: the app's state (where the services live) and the parsed JSON body
 # (None for a route without one); a dict is sent as JSON with the route's status.
@@ -86,6 +87,9 @@ async def _health(state: State, body: None) -> dict:
 async def _ready(state: State, body: None) -> JSONResponse:
     if state.services is None:
         return JSONResponse(error_body(WAITING, 503), 503)
+    member = getattr(state, "member", None)
+    if member is not None and not member.all_ready():  # ready when every process is
+        return JSONResponse(error_body(PROCESSES_STARTING, 503), 503)
     if state.pool.any_healthy():
         return JSONResponse({"status": "ready"})
     return JSONResponse(error_body("no healthy engine worker", 503), 503)

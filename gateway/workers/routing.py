@@ -20,7 +20,7 @@ import itertools
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -145,8 +145,16 @@ class Router:
         self.prefixes = PrefixIndex()
         self.events = events
         self.pending_seconds = pending_seconds
+        # Told every insert into `prefixes`: several gateway processes pass them to each
+        # other, so each routes a conversation's next turn where any of them sent the last.
+        self.on_insert: Callable[[str, list[int]], None] | None = None
         self._turn = itertools.count()
         self._rng = rng or random.Random()
+
+    def share_turns(self, turns: Iterator[int]) -> None:
+        """Round-robin turns (and least-loaded rotation) from a counter several gateway
+        processes share, so round robin goes round the workers once for all of them."""
+        self._turn = turns
 
     def choose(
         self, workers: Sequence[Routable], prompt_ids: Sequence[int] = (), mm: Sequence[MmSpan] = ()
@@ -186,6 +194,8 @@ class Router:
             else:
                 decision = Decision(self._least_loaded(workers), "cache_miss")
         self.prefixes.insert(decision.worker.url, hashes)
+        if self.on_insert is not None:
+            self.on_insert(decision.worker.url, hashes)
         return decision
 
     def _matched(

@@ -1,4 +1,5 @@
-"""`mmgate serve` in a subprocess for tests, ready once /ready answers 200."""
+"""`mmgate serve` in a subprocess for tests, ready once /ready answers 200 (with several
+processes, `--api-server-count`: once every one is ready)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ class GatewayProcess:
             str(self.port),
             *extra,
         ]
+        # The gateway tests run as one process in CI; MMGATE_TEST_API_SERVER_COUNT=2 runs
+        # them against a multi-process gateway (issue 29's check, by hand).
+        count = os.environ.get("MMGATE_TEST_API_SERVER_COUNT")
+        if count and "--api-server-count" not in extra:
+            cmd += ["--api-server-count", count]
         for worker in workers:
             cmd += ["--worker", f"grpc://{worker}"]
         self._log = open(log_path, "w")  # noqa: SIM115

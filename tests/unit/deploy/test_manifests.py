@@ -491,6 +491,14 @@ def test_gateway_args_parse_with_mmgate_serve(variant):
         assert int(port) == headless["spec"]["ports"][0]["port"] == engine_port(variant)
     # Every gateway drops a terminating engine (DNS) before that engine stops taking calls.
     assert args.dns_interval <= preStop_sleep(engine(variant))
+    # Its processes (--api-server-count) each keep a core busy: the pod asks for them.
+    assert args.api_server_count == v["gateway"]["apiServerCount"]
+    assert cpu_cores(c["resources"]["requests"]["cpu"]) >= args.api_server_count
+
+
+def cpu_cores(quantity: str | int) -> float:
+    text = str(quantity)
+    return int(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
 
 def preStop_sleep(workload: dict) -> int:
@@ -507,6 +515,8 @@ def test_the_gateway_built_from_the_rendered_args_answers_the_probes(variant, mo
 
     from gateway.cli import serve
     from gateway.observability import request_log
+    from gateway.server.app import create_app
+    from gateway.server.processes.supervisor import Supervisor
 
     c = container(gateway(variant))
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
@@ -532,6 +542,16 @@ def test_the_gateway_built_from_the_rendered_args_answers_the_probes(variant, mo
     apps = []
     monkeypatch.setattr(socket, "getaddrinfo", no_cluster_dns)
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append((app, kw)))
+
+    def supervise(supervisor: Supervisor) -> int:
+        # --api-server-count > 1: each child serves this app, sharing admission and the rest
+        # (tests/e2e/gateway/test_processes.py runs them)
+        assert supervisor.count == values(variant)["gateway"]["apiServerCount"] > 1
+        options = {"host": supervisor.host, "port": supervisor.port}
+        apps.append((create_app(supervisor.config), options))
+        return 0
+
+    monkeypatch.setattr(Supervisor, "run", supervise)
     monkeypatch.setattr(request_log, "configure_logging", lambda *a, **k: None)
     assert serve.main(serve_args(variant)) == 0
     ((app, options),) = apps
@@ -641,6 +661,7 @@ def test_chart_defaults_are_the_code_defaults():
     engine_defaults = engine_parser().parse_args([])
     assert defaults["gateway"]["port"] == serve_defaults.port == 8000
     assert defaults["gateway"]["dnsInterval"] == PoolOptions().dns_interval
+    assert defaults["gateway"]["apiServerCount"] == serve_defaults.api_server_count == 1
     assert defaults["engine"]["port"] == engine_defaults.port
     assert defaults["engine"]["drainTimeout"] == engine_defaults.drain_timeout
     # The engine image exposes that port, and both images put `mmgate` first.

@@ -61,3 +61,14 @@ def test_the_media_cache_flag_is_vllm_s(tmp_path, capsys):
         with pytest.raises(SystemExit):
             parser.parse_args([*base, "--mm-processor-cache-gb", bad])
     assert "--mm-processor-cache-gb" in capsys.readouterr().err
+
+
+def test_api_server_count_is_one_process_unless_asked(tmp_path, capsys):
+    from gateway.cli.serve import build_parser
+
+    base = ["--model", str(tmp_path), "--worker", "grpc://127.0.0.1:1"]
+    assert build_parser().parse_args(base).api_server_count == 1
+    assert build_parser().parse_args([*base, "--api-server-count", "4"]).api_server_count == 4
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--api-server-count", "0"])
+    assert "must be at least 1, got 0" in capsys.readouterr().err
