@@ -18,7 +18,9 @@ client. Cases (`benchmarks.workloads` makes the bodies):
   (a distinct 640x480 JPEG each request) and `turns` (3-turn chats resending a 640x480 and a
   1280x960 image every turn, each conversation its own images): at 32 clients, ours against
   SMG only; `turns` against a second pair of gateways with their media caches on (ours:
-  `--mm-processor-cache-gb` at its default, SMG: `--mm-pixel-cache-mb 4096`);
+  `--mm-processor-cache-gb` at its default, SMG: `--mm-pixel-cache-mb 4096`) in front of a
+  second mock worker that advertises an item cache (`--mm-item-cache-mb`), so ours sends each
+  image to it once, as in front of `mmgate engine` (SMG sends every turn's pixels);
 - `--mixed`: a varied text chat's p99 (4 clients, streamed) alone and while 32 other clients
   send distinct 1280x960 images, through each gateway.
 The order of the targets rotates from case to case and from round to round so that load from
@@ -291,15 +293,17 @@ def start_stack(
     )
     try:
         wait_until(lambda: worker_ready(address), stack.services["worker"])
+        cached_address = start_cached_worker(stack, config) if len(gateways) > 2 else address
         for name in gateways:
             port = free_port()
             stack.bases[name] = f"http://127.0.0.1:{port}"
             cache = name.endswith(CACHE)
+            worker = cached_address if cache else address
             if name.startswith("ours"):
-                command = ours_cmd(model, address, port, cache)
+                command = ours_cmd(model, worker, port, cache)
                 stack.services[name] = launch(name, command, workdir, config.ours_env)
             else:
-                command = smg_cmd(address, port, smg_template, cache)
+                command = smg_cmd(worker, port, smg_template, cache)
                 stack.services[name] = launch(name, command, workdir)
         for name in gateways:
             wait_until(lambda name=name: models_ready(stack.bases[name]), stack.services[name])
@@ -307,6 +311,22 @@ def start_stack(
         stop_stack(stack)  # a gateway that fails to start must not leave the worker behind
         raise
     return stack
+
+
+def start_cached_worker(stack: Stack, config: BenchConfig) -> str:
+    """A second mock worker for the gateways with their caches on, advertising an item cache
+    (send each image once: ours uses it, SMG does not know it). The first worker advertises
+    none, so the uncached cases still send every request's tensors."""
+    port = free_port()
+    capture_dir = stack.capture_dir / "cached"
+    capture_dir.mkdir()
+    command = [
+        *mock_worker_cmd(stack.model, port, capture_dir, config), "--mm-item-cache-mb", "4096"
+    ]  # fmt: skip
+    stack.services["worker-cache"] = launch("worker-cache", command, stack.workdir)
+    address = f"127.0.0.1:{port}"
+    wait_until(lambda: worker_ready(address), stack.services["worker-cache"])
+    return address
 
 
 def mock_worker_cmd(model: Path, port: int, capture_dir: Path, config: BenchConfig) -> list[str]:
