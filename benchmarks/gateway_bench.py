@@ -449,7 +449,8 @@ def run_load(
 ) -> RunResult:
     """One load-generator run; CPU counters are read around its measured window only."""
     gateway_pid = stack.pid_for(case.service(target))
-    worker_pid = stack.services["worker"].process.pid
+    cached = case.service(target).endswith(CACHE) and "worker-cache" in stack.services
+    worker_pid = stack.services["worker-cache" if cached else "worker"].process.pid
     with subprocess.Popen(
         load_cmd(stack, target, case, seconds, max_tokens),
         stdin=subprocess.PIPE,
