@@ -226,7 +226,7 @@ class SqliteResponseStore:
 
 def _connect(path: Path) -> sqlite3.Connection:
     # isolation_level=None: transactions are the store's own BEGIN IMMEDIATE ... COMMIT.
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")  # (whoever comes first makes it)
