@@ -163,17 +163,20 @@ class GatewayMetrics:
             registry=r,
         )
 
+        # Several processes share one response store (sqlite_store), each reporting its size
+        # after each of its writes, in the order of the writes: the most recent report is the
+        # store's (summed, it would count the store once per process).
         self.store_bytes = Gauge(
             "mmgate_responses_store_bytes",
             "bytes of stored responses held",
             registry=r,
-            multiprocess_mode="livesum",
+            multiprocess_mode="mostrecent",
         )
         self.store_entries = Gauge(
             "mmgate_responses_store_entries",
             "stored responses held",
             registry=r,
-            multiprocess_mode="livesum",
+            multiprocess_mode="mostrecent",
         )
         self.store_evictions = Counter(
             "mmgate_responses_store_evictions",

@@ -12,7 +12,9 @@ A scrape reaches one process, which answers for all of them:
   it healthy; its circuit state is the most open one). A process's snapshot goes with it
   (removed by the supervisor when it dies), so a removed worker or a dead process leaves no
   stale series behind, which prometheus_client's multiprocess files cannot promise;
-- what is already gateway-wide (shared admission counts) is read once, not summed.
+- what is already gateway-wide is read once, not summed: shared admission counts, and the size
+  of the response store all processes share (its gauges are `mostrecent`: each process reports
+  the whole store's size after its writes, in their order).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from gateway.api.responses.background import BackgroundRuns
 from gateway.api.responses.memory_store import InMemoryResponseStore
 from gateway.api.responses.retrieval import StoredResponses
 from gateway.api.responses.service import ResponsesService
+from gateway.api.responses.sqlite_store import SqliteResponseStore
 from gateway.api.tokenize import TokenizeService
 from gateway.errors import MmgateError, error_response
 from gateway.observability.metrics import GatewayMetrics, MediaCacheCollector
@@ -112,6 +113,8 @@ def create_app(config: GatewayConfig, member: Member | None = None) -> ASGIApp:
         if member is not None:
             await member.detach()
         await app.state.background.close()
+        if isinstance(store, SqliteResponseStore):  # (after the runs that write to it)
+            await store.close()
         waiting.cancel()
         with suppress(asyncio.CancelledError):
             await waiting
@@ -124,7 +127,13 @@ def create_app(config: GatewayConfig, member: Member | None = None) -> ASGIApp:
     app.state.member = member
     app.state.limits, app.state.metrics = config.limits, metrics
     # The response store outlives the services (rebuilt when the model's files change).
-    app.state.response_store = InMemoryResponseStore(config.responses_store, metrics)
+    # Several processes share one store: a response is found whichever process took it.
+    store: InMemoryResponseStore | SqliteResponseStore
+    if member is None:
+        store = InMemoryResponseStore(config.responses_store, metrics)
+    else:
+        store = member.response_store(config.responses_store, metrics)
+    app.state.response_store = store
     app.state.background = BackgroundRuns(admission)
     app.state.stored_responses = StoredResponses(app.state.response_store, app.state.background)
     # The media cache lives with the processors (a new one when the model's files change: an

@@ -74,12 +74,12 @@ class InMemoryResponseStore:
     def size(self, response_id: str) -> int | None:
         """What an entry counts against the byte bound."""
         data = self._entries.get(response_id)
-        return None if data is None else _size(response_id, data)
+        return None if data is None else entry_size(response_id, data)
 
     async def put(self, response_id: str, stored: StoredResponse) -> None:
         data = json.dumps(asdict(stored), ensure_ascii=False, separators=(",", ":")).encode()
         self._remove(response_id)
-        size = _size(response_id, data)
+        size = entry_size(response_id, data)
         if size > self.limits.max_bytes:
             if self.limits.max_bytes:
                 log.warning(
@@ -118,7 +118,7 @@ class InMemoryResponseStore:
         if data is None:
             return False
         del self._by_age[response_id]
-        self._bytes -= _size(response_id, data)
+        self._bytes -= entry_size(response_id, data)
         return True
 
     def _expire(self) -> None:
@@ -147,5 +147,6 @@ class InMemoryResponseStore:
         self._observer.sized(len(self._entries), self._bytes)
 
 
-def _size(response_id: str, data: bytes) -> int:
+def entry_size(response_id: str, data: bytes) -> int:
+    """What an entry counts against the byte bound (every store counts the same)."""
     return len(data) + len(response_id) + ENTRY_OVERHEAD

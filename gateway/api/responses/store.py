@@ -4,7 +4,8 @@ A continuation (`previous_response_id`) replays every earlier item, so a stored 
 the chat messages its turn was rendered from (earlier turns included) beside the Response
 object a client sees. The interface is async so that a store shared by several gateway
 replicas (Redis, a database) can sit behind it; `gateway.api.responses.memory_store` is the
-in-process one, bounded in bytes and age.
+in-process one, bounded in bytes and age, and `sqlite_store` the one the processes of one
+gateway (`--api-server-count N`) share, with the same bounds.
 """
 
 from __future__ import annotations

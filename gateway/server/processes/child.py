@@ -1,10 +1,10 @@
 """One gateway process of several: the usual app under uvicorn, on the supervisor's socket.
 
 Started with multiprocessing's `spawn` (a fresh interpreter: no event loop, thread or lock is
-inherited half-way); the listening socket, the shared table and the control pipe come in as
-arguments. It leaves the supervisor's process group, so a terminal's Ctrl-C reaches the
-supervisor alone, which stops the children in order (a second signal to a uvicorn that is
-already stopping would cut its open streams).
+inherited half-way); the listening socket, the shared table, the control pipe and the shared
+response store's path come in as arguments. It leaves the supervisor's process group, so a
+terminal's Ctrl-C reaches the supervisor alone, which stops the children in order (a second
+signal to a uvicorn that is already stopping would cut its open streams).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def run_child(
     conn: Connection,
     log_format: str,
     metrics_dir: Path,
+    store_path: Path,
 ) -> None:
     import uvicorn
 
@@ -37,7 +38,7 @@ def run_child(
     os.setpgid(0, 0)
     configure_logging(log_format, process_index=index)
     control = ControlChannel(conn)
-    app = create_app(config, Member(index, table, control, metrics_dir))
+    app = create_app(config, Member(index, table, control, metrics_dir, store_path))
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
 
     def stop() -> None:  # the supervisor is gone: nobody else will tell us

@@ -1,5 +1,6 @@
 """What a child process of a multi-process gateway holds of the whole: its index, the shared
-table (admission, readiness), its line to the supervisor and the metrics directory."""
+table (admission, readiness), its line to the supervisor, the metrics directory and the
+response store all processes share."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 from starlette.datastructures import State
 
+from gateway.api.responses.memory_store import StoreLimits, StoreObserver
+from gateway.api.responses.sqlite_store import SqliteResponseStore
 from gateway.observability.metrics import GatewayMetrics
 from gateway.server.config import AdmissionConfig
 from gateway.server.processes.control import ControlChannel
@@ -25,6 +28,7 @@ class Member:
     table: ProcessTable
     control: ControlChannel
     metrics_dir: Path
+    store_path: Path
     _task: asyncio.Task | None = field(default=None, init=False)
 
     def admission(self, limits: AdmissionConfig) -> SharedAdmission:
@@ -34,6 +38,10 @@ class Member:
 
     def metrics(self) -> GatewayMetrics:
         return GatewayMetrics(self.metrics_dir, self.index)
+
+    def response_store(self, limits: StoreLimits, observer: StoreObserver) -> SqliteResponseStore:
+        """The gateway's stored responses, whichever process stored them."""
+        return SqliteResponseStore(self.store_path, limits, observer)
 
     def attach(self, state: State, pool: WorkerPool, metrics: GatewayMetrics) -> None:
         """In the app's lifespan, once the pool has started."""

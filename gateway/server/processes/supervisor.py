@@ -11,7 +11,8 @@ with its own event loop, app and worker connections. It serves no request itself
   all have, 1 if one did not exit cleanly. A second signal is passed on as SIGINT, which makes
   uvicorn stop without waiting for open requests.
 It also makes the children one gateway for /metrics (PROMETHEUS_MULTIPROC_DIR, a fresh
-directory removed at exit) and for routing (one PYTHONHASHSEED, so prompt block hashes are
+directory removed at exit), for stored responses (one SQLite response store in that directory,
+made before any child opens it) and for routing (one PYTHONHASHSEED, so prompt block hashes are
 equal in every child).
 """
 
@@ -32,6 +33,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from gateway.api.responses.sqlite_store import SqliteResponseStore
 from gateway.server.config import GatewayConfig
 from gateway.server.processes.control import WORKERS, decode
 from gateway.server.processes.shared import ProcessTable, make_context
@@ -40,6 +42,8 @@ log = logging.getLogger("mmgate.gateway")
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
 RELAY_BACKLOG = 10_000  # routing messages waiting for a busy child; beyond, they are dropped
+# In the metrics directory (prometheus_client reads its *.db files: not this name).
+RESPONSE_STORE = "responses.sqlite3"
 
 
 @dataclass
@@ -98,6 +102,8 @@ class Supervisor:
         metrics_dir = Path(tempfile.mkdtemp(prefix="mmgate-metrics-"))
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         os.environ.setdefault("PYTHONHASHSEED", str(secrets.randbelow(1 << 32)))
+        self.store_path = metrics_dir / RESPONSE_STORE
+        SqliteResponseStore.create(self.store_path)
         self.ctx = make_context()
         self.table = ProcessTable(self.ctx, self.count)
         self.sock, self.metrics_dir = sock, metrics_dir
@@ -122,7 +128,16 @@ class Supervisor:
 
         process = self.ctx.Process(
             target=run_child,
-            args=(index, config, self.sock, self.table, theirs, self.log_format, self.metrics_dir),
+            args=(
+                index,
+                config,
+                self.sock,
+                self.table,
+                theirs,
+                self.log_format,
+                self.metrics_dir,
+                self.store_path,
+            ),
             name=f"mmgate-gateway-{index}",
         )
         process.start()

@@ -3,7 +3,8 @@
 In front of benchmarks/mock_worker.py (a VllmEngine with no model: what is tested here is the
 gateway's processes, not generation, and a mock starts in a second, not a vLLM engine's ten):
 /metrics counts every process's requests once, /admin/workers changes reach every process,
-a conversation stays on its worker whichever process takes each turn, a killed process is
+a conversation stays on its worker whichever process takes each turn, a stored response is
+found and continued through every process, a killed process is
 restarted with its admission slots given back, admission bounds the whole gateway, and
 SIGTERM finishes every open stream before the gateway exits 0. The existing gateway suites
 run against real engines with MMGATE_TEST_API_SERVER_COUNT=2 (see README)."""
@@ -177,6 +178,43 @@ def test_a_conversation_stays_on_its_worker_whichever_process_takes_it(gateway, 
         assert served_by(gateway) == {"0", "1"}
     finally:
         httpx.request("DELETE", f"{gateway.base_url}/admin/workers", json={"url": url})
+
+
+def test_a_stored_response_is_found_through_every_process(gateway):
+    """One response store for the gateway: a response one process stored is read, and
+    continued, through either; /metrics counts the store once, not once per process."""
+
+    def create(text: str, previous: str | None = None) -> httpx.Response:
+        body = {"model": model_name(gateway), "input": text, "max_output_tokens": 4, "store": True}
+        if previous is not None:
+            body["previous_response_id"] = previous
+        return httpx.post(f"{gateway.base_url}/v1/responses", json=body, timeout=30)
+
+    def answered(method: str, path: str) -> set[str]:
+        pattern = rf"{method} {re.escape(path)} 200 .*gateway_process=(\d)"
+        return set(re.findall(pattern, _log(gateway)))
+
+    first = create("remember the sea")
+    assert first.status_code == 200, first.text
+    stored = first.json()
+    path = f"/v1/responses/{stored['id']}"
+    for _ in range(16):  # new connections: both processes answer some
+        found = httpx.get(f"{gateway.base_url}{path}", timeout=10)
+        assert found.status_code == 200, found.text
+        assert found.json()["output"] == stored["output"]
+    wait_for(lambda: answered("GET", path) == {"0", "1"}, 5, "both processes reading it")
+
+    continued = []
+    for turn in range(8):
+        reply = create(f"and then {turn}", previous=stored["id"])
+        assert reply.status_code == 200, reply.text
+        continued.append(reply.json()["id"])
+        items = httpx.get(f"{gateway.base_url}/v1/responses/{continued[-1]}/input_items")
+        assert items.status_code == 200, items.text
+    wait_for(lambda: answered("POST", "/v1/responses") == {"0", "1"}, 5, "both continuing")
+
+    entries = metrics(gateway)[("mmgate_responses_store_entries", ())]
+    assert entries == 1 + len(continued)
 
 
 def _healthy(url: str) -> tuple[str, tuple]:
