@@ -134,7 +134,7 @@ def create_app(config: GatewayConfig, member: Member | None = None) -> ASGIApp:
     else:
         store = member.response_store(config.responses_store, metrics)
     app.state.response_store = store
-    app.state.background = BackgroundRuns(admission)
+    app.state.background = BackgroundRuns(admission, None if member is None else store)
     app.state.stored_responses = StoredResponses(app.state.response_store, app.state.background)
     # The media cache lives with the processors (a new one when the model's files change: an
     # item's hash covers the request's settings, not every family's whole preprocessor config);

@@ -9,7 +9,10 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gateway.api.responses.store import ResponseStore
 
 log = logging.getLogger("mmgate.gateway")
 
@@ -26,6 +29,9 @@ class Slots(Protocol):
 # Event logs of finished streamed runs kept for replay, the most recent; a running one is
 # always kept. (vLLM keeps every log for the life of the process.)
 FINISHED_LOGS = 64
+# How often a run reads its stored status back when the store is shared by several gateway
+# processes: a cancel or DELETE that another process took reaches the run this way.
+WATCH_SECONDS = 0.5
 
 
 class EventLog:
@@ -61,11 +67,17 @@ class EventLog:
 class BackgroundRuns:
     """The running background responses of this process, by response id."""
 
-    def __init__(self, admission: Slots | None = None) -> None:
+    def __init__(
+        self, admission: Slots | None = None, shared_store: ResponseStore | None = None
+    ) -> None:
         """`admission`: the gateway's bound on generation requests, which a run holds a slot of
         while it runs (it waits for one, still `queued`, as a request would): background runs
-        outlive their requests' slots and would otherwise escape the bound."""
+        outlive their requests' slots and would otherwise escape the bound.
+        `shared_store`: the store when other gateway processes share it (--api-server-count):
+        a run then stops when its stored response is cancelled or deleted, whichever process
+        took the cancel or DELETE (a run lives in the process that started it)."""
         self.admission = admission
+        self.shared_store = shared_store
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._logs: OrderedDict[str, EventLog] = OrderedDict()
 
@@ -78,6 +90,19 @@ class BackgroundRuns:
         if events is not None:
             self._logs[response_id] = events
         task.add_done_callback(lambda done: self._finished(response_id, done))
+        if self.shared_store is not None:
+            watcher = asyncio.create_task(self._watch(response_id, task, self.shared_store))
+            task.add_done_callback(lambda _: watcher.cancel())
+
+    @staticmethod
+    async def _watch(response_id: str, task: asyncio.Task[Any], store: ResponseStore) -> None:
+        """Cancel `task` once its stored response is cancelled or gone."""
+        while not task.done():
+            await asyncio.sleep(WATCH_SECONDS)
+            stored = await store.get(response_id)
+            if stored is None or stored.response.get("status") == "cancelled":
+                task.cancel()
+                return
 
     async def _admitted(self, run: Coroutine[Any, Any, Any]) -> Any:
         if self.admission is None:

@@ -215,6 +215,10 @@ class _Turn:
         self.service, self.request, self.run = service, request, run
         self.messages = messages
         self.created_at = int(time.time())
+        # Set once a background run's response is stored as queued: from then on a save
+        # never writes over a response cancelled or deleted meanwhile (by another gateway
+        # process sharing the store, whose cancel reaches this run only by the store).
+        self._guarded = False
 
     def _echo(self) -> output.Echo:
         request, defaults = self.request, self.run.worker.facts.sampling_defaults
@@ -258,6 +262,10 @@ class _Turn:
             input_items=items.listed_items(self.request.input),
             messages=[m for m in self.messages if m.get("role") != "system"],
         )
+        if self._guarded:
+            current = await store.get(self.request.request_id)
+            if current is None or current.response.get("status") == "cancelled":
+                return
         await store.put(self.request.request_id, stored)
 
     async def whole(self) -> dict:
@@ -300,6 +308,7 @@ class _Turn:
         """Store the response as queued, run it in a task, return the queued response."""
         queued = self._response([], "queued", None)
         await self._save(queued)
+        self._guarded = True
         self.service.background.start(self.request.request_id, self._in_background(self.whole))
         return queued
 
@@ -307,6 +316,7 @@ class _Turn:
         """Store the response as queued and stream it from a task: the client reads the
         events as they come, and the run goes on (and is stored) if the client leaves."""
         await self._save(self._response([], "queued", None))
+        self._guarded = True
         events, log = StreamEvents(), EventLog()
         error = _error_event(events)
 

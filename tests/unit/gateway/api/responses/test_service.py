@@ -259,3 +259,55 @@ def test_a_streamed_background_run_goes_on_when_the_client_leaves():
         assert stored["output"][0]["content"][0]["text"] == "a"
 
     asyncio.run(go())
+
+
+def test_a_cancel_or_delete_taken_by_another_process_stops_the_run_and_sticks(monkeypatch):
+    """Two gateway processes on one shared store (--api-server-count): the run lives in the
+    process that started it; the other can only change the store. The run reads it back,
+    stops, and never writes over a cancelled or deleted response."""
+    from gateway.api.responses import background
+    from gateway.api.responses.retrieval import ResponseRef, StoredResponses
+
+    monkeypatch.setattr(background, "WATCH_SECONDS", 0.02)
+
+    async def go() -> None:
+        store = DictStore()
+        here = BackgroundRuns(shared_store=store)
+        slow = ResponsesService(FakeChat({"content": "a", "reasoning": None}, 30), store, here)
+        there = StoredResponses(store, BackgroundRuns(shared_store=store))
+        for ended_by in ("cancel", "delete"):
+            queued = body_of(await slow.create({"input": "Hi", "background": True}))
+            response_id = queued["id"]
+            await asyncio.sleep(0.05)
+            assert here.running(response_id)
+            if ended_by == "cancel":
+                answer = await there.cancel(ResponseRef(response_id=response_id))
+                assert answer["status"] == "cancelled"
+            else:
+                await there.delete(ResponseRef(response_id=response_id))
+            for _ in range(100):
+                if not here.running(response_id):
+                    break
+                await asyncio.sleep(0.01)
+            assert not here.running(response_id), ended_by
+            if ended_by == "cancel":
+                assert store.kept[response_id].response["status"] == "cancelled"
+            else:
+                assert response_id not in store.kept  # not brought back by the run
+
+    asyncio.run(go())
+
+
+def test_a_run_finishing_after_another_process_cancelled_it_stays_cancelled():
+    async def go() -> None:
+        store = DictStore()
+        runs = BackgroundRuns(shared_store=store)  # (watching every 0.5 s: too late here)
+        quick = ResponsesService(FakeChat({"content": "a", "reasoning": None}, 0.1), store, runs)
+        queued = body_of(await quick.create({"input": "Hi", "background": True}))
+        await asyncio.sleep(0.02)
+        store.kept[queued["id"]].response["status"] = "cancelled"  # another process's cancel
+        while runs.running(queued["id"]):
+            await asyncio.sleep(0.01)
+        assert store.kept[queued["id"]].response["status"] == "cancelled"
+
+    asyncio.run(go())
