@@ -9,9 +9,46 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from typing import Protocol
 
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GaugesFrom
+
+
+def at_capacity(max_in_flight: int, max_queue: int) -> GatewayError:
+    """The 429 for a request that finds the line full."""
+    return GatewayError(
+        f"the gateway is at capacity ({max_in_flight} requests in flight, "
+        f"{max_queue} queued); retry later",
+        429,
+    )
+
+
+def waited_too_long(queue_timeout: float) -> GatewayError:
+    """The 503 for a request that waited its whole --queue-timeout."""
+    return GatewayError(f"no capacity within {queue_timeout:g} s; retry later", 503)
+
+
+class AdmissionState(Protocol):
+    @property
+    def queue_depth(self) -> int: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+
+def admission_gauges(admission: AdmissionState) -> GaugesFrom:
+    """Queue depth and admitted requests for /metrics, read at scrape time."""
+    return GaugesFrom(
+        [
+            ("mmgate_queue_depth", "generation requests waiting for admission", []),
+            ("mmgate_admitted_requests", "generation requests admitted and running", []),
+        ],
+        lambda: {
+            "mmgate_queue_depth": [([], float(admission.queue_depth))],
+            "mmgate_admitted_requests": [([], float(admission.in_flight))],
+        },
+    )
 
 
 class Admission:
@@ -33,11 +70,7 @@ class Admission:
             self.in_flight += 1
             return 0.0
         if len(self._waiters) >= self.max_queue:
-            raise GatewayError(
-                f"the gateway is at capacity ({self.max_in_flight} requests in flight, "
-                f"{self.max_queue} queued); retry later",
-                429,
-            )
+            raise at_capacity(self.max_in_flight, self.max_queue)
         return await self._wait()
 
     async def _wait(self) -> float:
@@ -54,23 +87,12 @@ class Admission:
                 self._waiters.remove(waiter)
             if isinstance(error, asyncio.CancelledError):
                 raise
-            raise GatewayError(
-                f"no capacity within {self.queue_timeout:g} s; retry later", 503
-            ) from None
+            raise waited_too_long(self.queue_timeout) from None
         return time.perf_counter() - started
 
     def collector(self) -> GaugesFrom:
         """Queue depth and admitted requests for /metrics, read at scrape time."""
-        return GaugesFrom(
-            [
-                ("mmgate_queue_depth", "generation requests waiting for admission", []),
-                ("mmgate_admitted_requests", "generation requests admitted and running", []),
-            ],
-            lambda: {
-                "mmgate_queue_depth": [([], float(self.queue_depth))],
-                "mmgate_admitted_requests": [([], float(self.in_flight))],
-            },
-        )
+        return admission_gauges(self)
 
     def leave(self) -> None:
         """Free a slot: handed straight to the first waiter, if any."""

@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import Iterator
 from multiprocessing.context import SpawnContext
 
-from gateway.errors import GatewayError
 from gateway.observability.metrics import GaugesFrom
+from gateway.server.admission import admission_gauges, at_capacity, waited_too_long
 
 IN_FLIGHT, QUEUED, HEAD, READY = range(4)
 FIELDS = 4
@@ -117,11 +117,7 @@ class SharedAdmission:
                 v[self._base + IN_FLIGHT] += 1
                 return 0.0
             if queued >= self.max_queue:
-                raise GatewayError(
-                    f"the gateway is at capacity ({self.max_in_flight} requests in flight, "
-                    f"{self.max_queue} queued); retry later",
-                    429,
-                )
+                raise at_capacity(self.max_in_flight, self.max_queue)
             ticket = v[NEXT_TICKET]
             v[NEXT_TICKET] = ticket + 1
             v[self._base + QUEUED] += 1
@@ -145,9 +141,7 @@ class SharedAdmission:
                 self._withdraw(waiter)
             if isinstance(error, asyncio.CancelledError):
                 raise
-            raise GatewayError(
-                f"no capacity within {self.queue_timeout:g} s; retry later", 503
-            ) from None
+            raise waited_too_long(self.queue_timeout) from None
         return time.perf_counter() - started
 
     def _withdraw(self, waiter: asyncio.Future[None]) -> None:
@@ -190,16 +184,7 @@ class SharedAdmission:
     def collector(self) -> GaugesFrom:
         """The gateway-wide queue depth and admitted requests, read once by whichever
         process is scraped (not summed over processes)."""
-        return GaugesFrom(
-            [
-                ("mmgate_queue_depth", "generation requests waiting for admission", []),
-                ("mmgate_admitted_requests", "generation requests admitted and running", []),
-            ],
-            lambda: {
-                "mmgate_queue_depth": [([], float(self.queue_depth))],
-                "mmgate_admitted_requests": [([], float(self.in_flight))],
-            },
-        )
+        return admission_gauges(self)
 
 
 def make_context() -> SpawnContext:
