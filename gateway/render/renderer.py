@@ -11,7 +11,8 @@ The gateway never imports vLLM, so this replicates, step by step, what `vllm ser
    strings, the request's `chat_template_kwargs`, `tools`, `documents` and
    `add_generation_prompt`; `continue_final_message` cuts the prompt after the last message;
 5. tokenizing the prompt with `add_special_tokens=False` (the chat default: the template
-   already wrote any BOS).
+   already wrote any BOS); the text between special tokens is cached (`segment_tokenizer`),
+   since chats resend their history and system prompts recur.
 
 Media items are not touched here: the prompt holds one placeholder per item, and
 `render.prompt` expands them once the items are preprocessed.
@@ -29,6 +30,7 @@ from gateway.errors import ChatRequestError
 from gateway.render.content_format import detect_content_format
 from gateway.render.messages import MediaItem, Placeholder, normalize_tools, to_conversation
 from gateway.render.model_files import ModelFiles
+from gateway.render.segment_tokenizer import SegmentTokenizer
 from gateway.render.templates import compile_chat_template, select_template
 from multimodal.processors.base import Modality
 
@@ -68,6 +70,7 @@ class ChatRenderer:
         tokenizer's named templates."""
         self.files = files
         self.tokenizer = files.tokenizer
+        self.segments = SegmentTokenizer(files.tokenizer)
         self.placeholders = dict(placeholders or {})
         self.chat_template = chat_template
         self.content_format = content_format
@@ -111,7 +114,7 @@ class ChatRenderer:
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
         )
-        ids = token_ids(self.tokenizer, prompt, add_special_tokens)
+        ids = self.segments.encode(prompt, add_special_tokens)
         return RenderedChat(prompt=prompt, token_ids=ids, media=media)
 
 
