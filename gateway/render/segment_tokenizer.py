@@ -31,8 +31,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-# A cached piece's ids stay as a tuple (~36 bytes a token), so ~2M cached characters
-# (~0.5M tokens) hold about 20 MB per gateway process.
+# A cached piece's ids stay as the list the library returned (~36 bytes a token; never
+# mutated: `encode` copies them out), so 2M cached characters (0.5-0.8M tokens) hold
+# 20-30 MB per gateway process.
 DEFAULT_MAX_ENTRIES = 8192
 DEFAULT_MAX_CHARS = 2_000_000
 
@@ -51,11 +52,11 @@ class SegmentTokenizer:
         self.tokenizer = tokenizer
         self.max_entries = max_entries
         self.max_chars = max_chars
-        self._cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._cache: OrderedDict[str, list[int]] = OrderedDict()
         self._chars = 0
         self._lock = threading.Lock()
         self._pattern: re.Pattern[str] | None = None
-        self._token_ids: dict[str, tuple[int, ...]] = {}
+        self._token_ids: dict[str, list[int]] = {}
         self._adds_nothing = False  # add_special_tokens=True adds no ids
         try:
             config = json.loads(tokenizer.to_str())
@@ -86,7 +87,7 @@ class SegmentTokenizer:
         self._pattern = re.compile("(" + "|".join(re.escape(t) for t in split_on) + ")")
         # The library's own ids for each token alone (an added token is always one split).
         encoded = self.tokenizer.encode_batch_fast(split_on, add_special_tokens=False)
-        self._token_ids = {t: tuple(e.ids) for t, e in zip(split_on, encoded, strict=True)}
+        self._token_ids = {t: e.ids for t, e in zip(split_on, encoded, strict=True)}
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         pattern = self._pattern
@@ -106,8 +107,8 @@ class SegmentTokenizer:
                 out.extend(found[part])
         return out
 
-    def _lookup(self, pieces: list[str]) -> dict[str, tuple[int, ...]]:
-        found: dict[str, tuple[int, ...]] = {}
+    def _lookup(self, pieces: list[str]) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
         missing: list[str] = []
         cache = self._cache
         with self._lock:
@@ -117,7 +118,7 @@ class SegmentTokenizer:
                 ids = cache.get(piece)
                 if ids is None:
                     missing.append(piece)
-                    found[piece] = ()
+                    found[piece] = []
                 else:
                     cache.move_to_end(piece)
                     found[piece] = ids
@@ -125,14 +126,14 @@ class SegmentTokenizer:
             return found
         # One call for every new piece: the per-call overhead is paid once.
         encoded = self.tokenizer.encode_batch_fast(missing, add_special_tokens=False)
-        new = [(piece, tuple(e.ids)) for piece, e in zip(missing, encoded, strict=True)]
+        new = [(piece, e.ids) for piece, e in zip(missing, encoded, strict=True)]
         with self._lock:
             for piece, ids in new:
                 found[piece] = ids
                 self._store(piece, ids)
         return found
 
-    def _store(self, piece: str, ids: tuple[int, ...]) -> None:
+    def _store(self, piece: str, ids: list[int]) -> None:
         if len(piece) > self.max_chars // 4:  # one huge piece would flush everything else
             return
         cache = self._cache
