@@ -18,7 +18,8 @@ qualifies (decided once) only when:
   `encode_special_tokens` (special tokens are then not split out);
 - with add_special_tokens=True, the post-processor adds no ids (none, or ByteLevel); with
   False, post-processors never add ids.
-Otherwise every call is the plain `encode_batch_fast` call.
+Otherwise every call is the plain `encode_batch_fast` call. The decision holds as long as the
+tokenizer is not changed afterwards (the gateway never changes it once loaded).
 """
 
 from __future__ import annotations
