@@ -53,6 +53,14 @@ def clip(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
+def other_clip(tmp_path_factory) -> str:
+    # A clip the worker has not seen: one it holds (send-once: the first test sent `clip`)
+    # would go as its hash alone, through no segment.
+    tmp = tmp_path_factory.mktemp("other-clip")
+    return data_uri(make_clip(tmp, "b.avi", 40, (320, 240), 8, "MJPG", 7), "video/x-msvideo")
+
+
+@pytest.fixture(scope="module")
 def worker(vision_model, tmp_path_factory):
     logs = tmp_path_factory.mktemp("shm-worker")
     engine = WorkerProcess(vision_model, logs / "worker.log", max_model_len=2048)
@@ -108,13 +116,13 @@ def test_a_video_goes_through_dev_shm_and_equals_inline(clip, worker, gateways, 
 
 
 def test_no_segment_outlives_a_worker_that_died_before_reading(
-    clip, worker, gateways, vision_model
+    other_clip, worker, gateways, vision_model
 ):
     """Last in this module: it kills the worker."""
     before = segments()
     worker.freeze()
     thread, reply = in_background(
-        lambda: chat(gateways["auto"].base_url, str(vision_model), [video(clip)])
+        lambda: chat(gateways["auto"].base_url, str(vision_model), [video(other_clip)])
     )
     try:
         assert wait_for(lambda: segments() - before), "no segment appeared in /dev/shm"
