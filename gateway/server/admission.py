@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 from gateway.errors import GatewayError
@@ -27,6 +28,30 @@ def at_capacity(max_in_flight: int, max_queue: int) -> GatewayError:
 def waited_too_long(queue_timeout: float) -> GatewayError:
     """The 503 for a request that waited its whole --queue-timeout."""
     return GatewayError(f"no capacity within {queue_timeout:g} s; retry later", 503)
+
+
+async def wait_in_line(
+    waiter: asyncio.Future[None],
+    queue_timeout: float,
+    leave: Callable[[], None],
+    withdraw: Callable[[asyncio.Future[None]], None],
+) -> float:
+    """Wait for `waiter` (a slot handed over) at most `queue_timeout` s; the seconds waited.
+    Given up (timeout: 503, or cancelled), a slot that arrived meanwhile is passed on with
+    `leave`, else the waiter leaves the line with `withdraw`."""
+    started = time.perf_counter()
+    try:
+        await asyncio.wait_for(asyncio.shield(waiter), queue_timeout)
+    except (TimeoutError, asyncio.CancelledError) as error:
+        if waiter.done() and not waiter.cancelled():
+            leave()  # the slot arrived as we gave up: pass it on
+        else:
+            waiter.cancel()
+            withdraw(waiter)
+        if isinstance(error, asyncio.CancelledError):
+            raise
+        raise waited_too_long(queue_timeout) from None
+    return time.perf_counter() - started
 
 
 class AdmissionState(Protocol):
@@ -74,21 +99,9 @@ class Admission:
         return await self._wait()
 
     async def _wait(self) -> float:
-        started = time.perf_counter()
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout)
-        except (TimeoutError, asyncio.CancelledError) as error:
-            if waiter.done() and not waiter.cancelled():
-                self.leave()  # the slot arrived as we gave up: pass it on
-            else:
-                waiter.cancel()
-                self._waiters.remove(waiter)
-            if isinstance(error, asyncio.CancelledError):
-                raise
-            raise waited_too_long(self.queue_timeout) from None
-        return time.perf_counter() - started
+        return await wait_in_line(waiter, self.queue_timeout, self.leave, self._waiters.remove)
 
     def collector(self) -> GaugesFrom:
         """Queue depth and admitted requests for /metrics, read at scrape time."""

@@ -14,13 +14,12 @@ which runs only while the process has waiters.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Iterator
 from multiprocessing.context import SpawnContext
 
 from gateway.observability.metrics import GaugesFrom
-from gateway.server.admission import admission_gauges, at_capacity, waited_too_long
+from gateway.server.admission import admission_gauges, at_capacity, wait_in_line
 
 IN_FLIGHT, QUEUED, HEAD, READY = range(4)
 FIELDS = 4
@@ -127,22 +126,7 @@ class SharedAdmission:
             self._waiters.append((ticket, waiter))
         if self._poller is None or self._poller.done():
             self._poller = asyncio.create_task(self._poll())
-        return await self._wait(waiter)
-
-    async def _wait(self, waiter: asyncio.Future[None]) -> float:
-        started = time.perf_counter()
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter), self.queue_timeout)
-        except (TimeoutError, asyncio.CancelledError) as error:
-            if waiter.done() and not waiter.cancelled():
-                self.leave()  # the slot arrived as we gave up: pass it on
-            else:
-                waiter.cancel()
-                self._withdraw(waiter)
-            if isinstance(error, asyncio.CancelledError):
-                raise
-            raise waited_too_long(self.queue_timeout) from None
-        return time.perf_counter() - started
+        return await wait_in_line(waiter, self.queue_timeout, self.leave, self._withdraw)
 
     def _withdraw(self, waiter: asyncio.Future[None]) -> None:
         with self.table.lock:
