@@ -172,7 +172,7 @@ class Generation:
             # eos_token_id: none for Qwen2-VL, and not generation_config.json's extras). EOS
             # ids are added tokens; holding another one only delays it by one message.
             stop_ids |= set(worker.facts.eos_token_ids) | added.keys()
-        prompt_ids = list(generate.tokenized.input_ids)
+        prompt_ids = generate.tokenized.input_ids  # read, never copied whole (800 ids: 30 us)
         self.choices = make_choices(request.n, tokenizer, prompt_ids, options, added, stop_ids)
         for choice in self.choices:
             choice.index += first_index

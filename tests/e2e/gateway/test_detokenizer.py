@@ -11,7 +11,15 @@ from vllm.inputs.engine import tokens_input
 from gateway.render.model_files import ModelFiles
 from gateway.stream.detokenizer import IncrementalText, TextOptions
 
-PROMPTS = ["def main():\n    return", "import os\n", "class A:\n    x = ", "# comment\n"]
+PROMPTS = [
+    "def main():\n    return",
+    "import os\n",
+    "class A:\n    x = ",
+    "# comment\n",
+    # Longer than the tail a byte-level stream is primed with (detokenizer.PRIME_TOKENS),
+    # with multi-byte characters on the way
+    "# caf\u00e9 \u6771\u4eac \U0001f642 na\u00efve\n" * 6 + "def main():\n    return",
+]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +93,7 @@ def test_text_equals_vllm_streaming_and_not(text_reference, files, tokenizer):
             assert final == output.text, (name, seed)
             assert streamed == output.text, (name, seed)
         checked += 1
-    assert checked == 4 * 7
+    assert checked == len(PROMPTS) * 7
 
 
 def test_stop_token_is_left_out_of_the_text(text_reference, files, tokenizer):
