@@ -87,11 +87,20 @@ def _hann_window() -> npt.NDArray[np.float64]:
 
 
 @lru_cache(maxsize=4)
-def _filters_t(num_mel_filters: int) -> npt.NDArray[np.float64]:
-    # Torch multiplies by the float32 copy of the filters; the float64 product with those
-    # values is what its float32 matmul approximates.
-    filters = mel_filters(num_mel_filters).astype(np.float32).astype(np.float64).T
-    return np.ascontiguousarray(filters)
+def _filter_bands(num_mel_filters: int) -> tuple[tuple[int, int, npt.NDArray[np.float64]], ...]:
+    """Per filter: its first and past-last nonzero frequency bin and its weights there.
+
+    The weights are the float32 copy torch multiplies by (the float64 product with those values
+    is what its float32 matmul approximates). Each filter spans at most 9 of the 201 bins, so
+    summing the bands is 2x faster than the dense product, and in float64 the order is moot.
+    """
+    filters = mel_filters(num_mel_filters).astype(np.float32).astype(np.float64)
+    bands = []
+    for column in filters.T:
+        nonzero = np.flatnonzero(column)
+        lo, hi = int(nonzero[0]), int(nonzero[-1]) + 1
+        bands.append((lo, hi, np.ascontiguousarray(column[lo:hi])))
+    return tuple(bands)
 
 
 def log_mel_spectrogram(
@@ -104,15 +113,23 @@ def log_mel_spectrogram(
         raise ValueError(f"need a 1-D waveform longer than {N_FFT // 2} samples, got {x.shape}")
     padded = np.pad(x, N_FFT // 2, mode="reflect")
     frames = 1 + (padded.shape[0] - N_FFT) // HOP_LENGTH - 1  # the last frame is dropped
+    # Frames that start past the last nonzero sample (the 30 s padding of a short clip) are all
+    # zeros: their power is exactly 0 in torch too, so their mel energy is exactly 0 (then the
+    # 1e-10 floor). Transform only the others.
+    nonzero = padded[::-1] != 0
+    last = padded.shape[0] - 1 - int(nonzero.argmax())  # argmax stops at the first True
+    live = min(frames, last // HOP_LENGTH + 1) if nonzero.any() else 0
     view = np.lib.stride_tricks.as_strided(
         padded,
-        shape=(frames, N_FFT),
+        shape=(live, N_FFT),
         strides=(HOP_LENGTH * padded.strides[0], padded.strides[0]),
         writeable=False,
     )
     spectrum = np.fft.rfft(view * _hann_window(), axis=1)
-    power = spectrum.real**2 + spectrum.imag**2  # [frames, 201]
-    mel = _filters_t(num_mel_filters) @ power.T  # [mels, frames]
+    power = np.ascontiguousarray((spectrum.real**2 + spectrum.imag**2).T)  # [201, live]
+    mel = np.zeros((num_mel_filters, frames))
+    for row, (lo, hi, weights) in enumerate(_filter_bands(num_mel_filters)):
+        mel[row, :live] = weights @ power[lo:hi]
     log_spec = np.log10(np.maximum(mel, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).astype(np.float32)
