@@ -154,11 +154,14 @@ def reference(engines) -> dict[str, dict]:
     return {name: answer(base, REFERENCE_NAME, parts) for name, parts in CASES.items()}
 
 
-def test_the_model_has_no_audio_processor_in_the_gateway(model):
+def test_the_model_has_no_audio_processor_in_the_gateway(model, gateways):
     from gateway.render.model_files import ModelFiles
     from multimodal.registry import processors_for
 
     assert "audio" not in processors_for(ModelFiles.load(model)).by_modality
+    log = gateways["auto"].log_path.read_text()
+    assert "audio processor here for model_type 'qwen2_audio'" in log
+    assert "(1 of 1 workers take media" in log
 
 
 @pytest.mark.parametrize("case", list(CASES))
