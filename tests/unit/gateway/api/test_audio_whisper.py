@@ -63,10 +63,10 @@ def test_verbose_prompt_asks_for_timestamps() -> None:
 
 
 def test_languages_as_vllm_checks_them(vllm_whisper) -> None:
-    assert whisper.SUPPORTED_LANGUAGES == tuple(vllm_whisper.supported_languages)
+    assert tuple(vllm_whisper.supported_languages) == whisper.SUPPORTED_LANGUAGES
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-    assert whisper.OTHER_LANGUAGES == set(LANGUAGES) - set(whisper.SUPPORTED_LANGUAGES)
+    assert set(LANGUAGES) - set(whisper.SUPPORTED_LANGUAGES) == whisper.OTHER_LANGUAGES
     for code in ("en", "haw", None):
         whisper.check_language(code)
         assert vllm_whisper.validate_language(code) == code
