@@ -164,6 +164,13 @@ class MediaRefProcessor:
         prompt: dict[str, Any] = {"prompt_token_ids": list(ids), "multi_modal_data": data}
         if text:
             prompt["prompt"] = text
+        if self._model_config.is_encoder_decoder:
+            # Whisper-style: the media feed the encoder and `ids` are the decoder's prompt, as
+            # vLLM's speech-to-text server builds it (an encoder prompt of no text, whose
+            # placeholders the model's processor makes); the renderer then prepends the
+            # decoder start token where the ids lack it, as there.
+            encoder = {"prompt_token_ids": [], "multi_modal_data": prompt.pop("multi_modal_data")}
+            prompt = {"encoder_prompt": encoder, "decoder_prompt": prompt}
         # skip_mm_cache: the bypass path sends items the renderer's sender-side cache never
         # saw, so that cache must not be trusted to mirror the engine core's.
         try:

@@ -152,10 +152,11 @@ def server_info(vllm_config: Any, state: dict[str, Any]) -> pb.GetServerInfoResp
 def capabilities(vllm_config: Any) -> set[str]:
     """mmgate's wire additions this worker applies (protos/extensions.py). The thinking
     budget only where vLLM enforces it: a reasoning config whose token ids resolved (vLLM's
-    input processor refuses a budget otherwise)."""
+    input processor refuses a budget otherwise); allowed token ids always."""
     reasoning = getattr(vllm_config, "reasoning_config", None)
     enforced = reasoning is not None and reasoning.enabled
-    return {extensions.ENFORCES_THINKING_BUDGET} if enforced else set()
+    names = {extensions.TAKES_ALLOWED_TOKEN_IDS}
+    return names | {extensions.ENFORCES_THINKING_BUDGET} if enforced else names
 
 
 def engine_reasoning_parser(vllm_config: Any) -> str:

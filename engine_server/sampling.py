@@ -16,9 +16,11 @@ def sampling_params_from_proto(
     stream: bool,
     kv_transfer_params: dict | None = None,
     thinking_token_budget: int | None = None,
+    allowed_token_ids: list[int] | None = None,
 ) -> SamplingParams:
-    """`thinking_token_budget`: from the call's metadata (protos/extensions.py), not the
-    proto; the engine enforces it where its reasoning config is on and refuses it otherwise."""
+    """`thinking_token_budget`, `allowed_token_ids`: from the call's metadata
+    (protos/extensions.py), not the proto; the engine enforces a thinking budget where its
+    reasoning config is on and refuses it otherwise."""
     stop = list(params.stop) or None
     try:
         return SamplingParams(
@@ -43,6 +45,7 @@ def sampling_params_from_proto(
             seed=params.seed if params.HasField("seed") else None,
             logit_bias=dict(params.logit_bias) or None,
             thinking_token_budget=thinking_token_budget,
+            allowed_token_ids=allowed_token_ids,
             structured_outputs=structured_outputs_from_proto(params),
             extra_args={"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None,
             # Token ids go back on the wire and the client detokenizes; the engine only needs

@@ -96,6 +96,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
                 stream=request.stream,
                 kv_transfer_params=kv_transfer_params_from_request(request),
                 thinking_token_budget=thinking_budget(metadata),
+                allowed_token_ids=allowed_token_ids(metadata),
             )
             want = (params.logprobs, params.prompt_logprobs)
             seen: set[int] = set()
@@ -423,5 +424,14 @@ def thinking_budget(metadata: Any) -> int | None:
     fault."""
     try:
         return extensions.thinking_token_budget(metadata)
+    except ValueError as error:
+        raise InvalidRequest(str(error)) from None
+
+
+def allowed_token_ids(metadata: Any) -> list[int] | None:
+    """The call's allowed token ids (protos/extensions.py); malformed ones are the caller's
+    fault (vLLM checks them against the vocabulary)."""
+    try:
+        return extensions.allowed_token_ids(metadata)
     except ValueError as error:
         raise InvalidRequest(str(error)) from None

@@ -56,6 +56,32 @@ def thinking_token_budget(metadata: Sequence[tuple[str, Any]] | None) -> int | N
     return None
 
 
+
+# Generate call metadata: vLLM's SamplingParams.allowed_token_ids (comma-separated decimal ids),
+# the only tokens the engine may sample. Whisper's language detection, as vLLM's speech-to-text
+# server runs it, restricts its one token to the language tokens: a logit bias cannot do that
+# exactly (vLLM clamps biases to +-100). Every mmgate engine advertises it.
+ALLOWED_TOKEN_IDS = "mmgate-allowed-token-ids"
+# Its capability name in CAPABILITIES.
+TAKES_ALLOWED_TOKEN_IDS = "allowed_token_ids"
+
+
+def allowed_token_ids_metadata(ids: Sequence[int] | None) -> tuple[tuple[str, str], ...]:
+    """Generate metadata restricting sampling to `ids` (none when None)."""
+    return () if ids is None else ((ALLOWED_TOKEN_IDS, ",".join(map(str, ids))),)
+
+
+def allowed_token_ids(metadata: Sequence[tuple[str, Any]] | None) -> list[int] | None:
+    """The allowed token ids a Generate call carries, None when it carries none. A value that
+    is not a non-empty list of non-negative decimal integers raises ValueError."""
+    for key, value in metadata or ():
+        if key == ALLOWED_TOKEN_IDS:
+            parts = value.split(",") if isinstance(value, str) else [""]
+            if not all(p.isascii() and p.isdigit() for p in parts):
+                raise ValueError(f"{ALLOWED_TOKEN_IDS} must be comma-separated token ids")
+            return [int(p) for p in parts]
+    return None
+
 # ---- send each item once (issue 29): the worker keeps preprocessed items by hash ----
 # Its capability name in CAPABILITIES; GetServerInfo's trailing metadata then also carries the
 # byte bound of one sender's share of the cache, how many senders' shares it keeps at once,

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import State
 from starlette.types import ASGIApp
 
+from gateway.api.audio.service import SpeechToTextService
 from gateway.api.chat import ChatService
 from gateway.api.completions import CompletionService
 from gateway.api.embeddings import EmbeddingService
@@ -54,7 +55,7 @@ from gateway.server.middleware import (
 from gateway.server.openapi import install as install_openapi
 from gateway.server.processes.member import Member
 from gateway.server.processes.shared import SharedAdmission
-from gateway.server.routes import VERSION, hot_handlers
+from gateway.server.routes import VERSION, admitted_paths, hot_handlers
 from gateway.server.routes import install as install_routes
 from gateway.stream.logprobs import TokenTexts
 from gateway.workers.pool import WorkerPool
@@ -79,6 +80,8 @@ class Services:
     preprocess: PreprocessService
     responses: ResponsesService
     messages: MessagesService
+    transcriptions: SpeechToTextService
+    translations: SpeechToTextService
 
 
 def create_app(config: GatewayConfig, member: Member | None = None) -> ASGIApp:
@@ -234,6 +237,8 @@ def _services(
         preprocess=PreprocessService(name, prompts, facts),
         responses=ResponsesService(chat, state.response_store, state.background),
         messages=MessagesService(chat),
+        transcriptions=SpeechToTextService(name, files, pool, metrics, "transcribe"),
+        translations=SpeechToTextService(name, files, pool, metrics, "translate"),
     )
 
 
@@ -271,7 +276,7 @@ def _middleware(
     never enter FastAPI (its router, exception and error layers cost ~50 us a request)."""
     hot = hot_handlers()
     stack: ASGIApp = HotRoutes(app, hot, app.state, config.limits)
-    stack = AdmissionMiddleware(stack, admission, metrics, hot)
+    stack = AdmissionMiddleware(stack, admission, metrics, admitted_paths())
     if config.api_keys:
         stack = ApiKeyMiddleware(stack, config.api_keys)
     if config.cors.allowed_origins:

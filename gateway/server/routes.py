@@ -69,6 +69,9 @@ class Route:
     # The model of the path and query parameters of a route without a body, given to `serve`
     # in the body's place (`/v1/responses/{response_id}`: response_id, and ?stream=...).
     params: Any = None
+    # A multipart form (the audio uploads): `serve` gets the request itself and reads it; a
+    # generation route, so it takes an admission slot as the hot routes do.
+    form: bool = False
 
 
 def services(state: State) -> Any:
@@ -222,6 +225,23 @@ ROUTES: tuple[Route, ...] = (
         "Cancel a background response (OpenAI Responses)",
         params=ResponseRef,
     ),
+    Route(
+        "POST",
+        "/v1/audio/transcriptions",
+        lambda state, request: services(state).transcriptions.create(request),
+        "Transcribe an uploaded audio file (OpenAI; Whisper-style models)",
+        form=True,
+        description="A multipart form as vLLM takes it: `file`, `model`, `language`, "
+        "`prompt`, `response_format` (json, text, verbose_json), `temperature`, `stream`, ...",
+    ),
+    Route(
+        "POST",
+        "/v1/audio/translations",
+        lambda state, request: services(state).translations.create(request),
+        "Translate an uploaded audio file to English text (OpenAI; Whisper-style models)",
+        form=True,
+        description="A multipart form as vLLM takes it, as for /v1/audio/transcriptions.",
+    ),
     Route("GET", "/admin/workers", admin.list_workers, "The engine workers and their state"),
     Route(
         "POST",
@@ -247,6 +267,11 @@ def hot_handlers(routes: tuple[Route, ...] = ROUTES) -> Mapping[str, Handler]:
     return {route.path: route.serve for route in routes if route.hot}
 
 
+def admitted_paths(routes: tuple[Route, ...] = ROUTES) -> set[str]:
+    """The generation routes, which take an admission slot: the hot ones and the forms."""
+    return {route.path for route in routes if route.hot or route.form}
+
+
 def paths(routes: tuple[Route, ...] = ROUTES) -> set[str]:
     return {route.path for route in routes}
 
@@ -264,6 +289,8 @@ def install(app: FastAPI, routes: tuple[Route, ...] = ROUTES) -> None:
 def _endpoint(route: Route) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         body = await request_json(request) if route.body is not None else None
+        if route.form:
+            body = request
         if route.params is not None:
             body = parse_body(route.params, {**request.query_params, **request.path_params})
         reply = await route.serve(request.app.state, body)

@@ -155,9 +155,11 @@ class Generation:
         metrics: GatewayMetrics | None = None,
         reroute: Reroute | None = None,
         tail: Tail | Sequence[Piece] = (),
+        metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         """`tail`: fields already serialized, sent after `generate`'s own (the images), or
-        what makes them for each worker tried (gateway.workers.tensor_transport)."""
+        what makes them for each worker tried (gateway.workers.tensor_transport); `metadata`:
+        more of the call's (protos/extensions.py), for a worker that advertised it."""
         options = TextOptions(
             skip_special_tokens=request.skip_special_tokens,
             spaces_between_special_tokens=request.spaces_between_special_tokens,
@@ -180,7 +182,7 @@ class Generation:
         self.generate = generate
         # The budget is not in the proto: it travels in the call's metadata, to a worker that
         # advertised it (the caller picked one, and reroutes only to one).
-        metadata = extensions.thinking_budget_metadata(request.thinking_token_budget)
+        metadata = (*extensions.thinking_budget_metadata(request.thinking_token_budget), *metadata)
         self.call = RetryingGenerate(worker, generate, tail, reroute, metadata, metrics)
         # What the engine's KV connector returned (disaggregated prefill: the handoff)
         self.kv_transfer_params: dict | None = None

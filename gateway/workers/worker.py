@@ -76,6 +76,11 @@ class WorkerFacts:
         """Whether the worker takes a thinking budget and its engine enforces it."""
         return extensions.ENFORCES_THINKING_BUDGET in self.extensions
 
+    @property
+    def takes_allowed_token_ids(self) -> bool:
+        """Whether the worker restricts sampling to the token ids a call's metadata lists."""
+        return extensions.TAKES_ALLOWED_TOKEN_IDS in self.extensions
+
 
 def parse_item_limits(label: str) -> dict[str, int]:
     """GetServerInfo.mm_item_limits, `image=4,video=1`, to {"image": 4, "video": 1}."""

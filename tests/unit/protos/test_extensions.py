@@ -33,3 +33,13 @@ def test_capabilities_read_back_and_a_silent_peer_has_none():
     assert extensions.capabilities_metadata(set()) == ()
     assert extensions.capabilities(None) == frozenset()
     assert extensions.capabilities([("x", "y")]) == frozenset()
+
+
+def test_allowed_token_ids_round_trip() -> None:
+    metadata = extensions.allowed_token_ids_metadata([5, 17, 4093])
+    assert extensions.allowed_token_ids([("x", "y"), *metadata]) == [5, 17, 4093]
+    assert extensions.allowed_token_ids_metadata(None) == ()
+    assert extensions.allowed_token_ids([("x", "y")]) is None
+    for bad in ("", "1,,2", "-1", "1.5", "a"):
+        with pytest.raises(ValueError):
+            extensions.allowed_token_ids([(extensions.ALLOWED_TOKEN_IDS, bad)])
