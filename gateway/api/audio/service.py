@@ -46,7 +46,7 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_log import engine_request_id
 from gateway.render.model_files import ModelFiles
 from gateway.stream import sse
-from gateway.stream.generation import Generation
+from gateway.stream.generation import Generation, per_choice
 from gateway.stream.sse import ChunkWriter
 from gateway.workers.pool import WorkerPool
 from gateway.workers.worker import Worker
@@ -350,20 +350,23 @@ class SpeechToTextService:
         prompt_tokens = completion_tokens = 0
         for k, run in enumerate(runs):
             beginning = True
-            async for choice, finished in run.responses():
-                prompt_tokens = run.usage.prompt_tokens + audio_tokens
-                completion_tokens = sum(r.choices[0].generated for r in runs)
-                text = choice.text.release(finished=finished)
-                if k and beginning and text:
-                    text, beginning = joiner + text, False
-                if not finished and not text:
-                    continue
-                entry: dict[str, Any] = {"delta": {"content": text}}
-                if finished:
-                    entry["finish_reason"] = choice.finish_reason
-                    entry["stop_reason"] = choice.stop_reason
-                usage = _usage(prompt_tokens, completion_tokens) if continuous else None
-                yield writer.chunk([entry], usage)
+            # In batches, as chat streams: a last chunk and its completion read together go
+            # out as one event, the last token's text with the finish, as vLLM sends it.
+            async for batch in run.batches():
+                for choice, finished in per_choice(batch):
+                    prompt_tokens = run.usage.prompt_tokens + audio_tokens
+                    completion_tokens = sum(r.choices[0].generated for r in runs)
+                    text = choice.text.release(finished=finished)
+                    if k and beginning and text:
+                        text, beginning = joiner + text, False
+                    if not finished and not text:
+                        continue
+                    entry: dict[str, Any] = {"delta": {"content": text}}
+                    if finished:
+                        entry["finish_reason"] = choice.finish_reason
+                        entry["stop_reason"] = choice.stop_reason
+                    usage = _usage(prompt_tokens, completion_tokens) if continuous else None
+                    yield writer.chunk([entry], usage)
         if include_usage:
             yield writer.chunk([], _usage(prompt_tokens, completion_tokens))
 
