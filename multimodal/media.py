@@ -316,7 +316,9 @@ def _data_uri_bytes(source: str, policy: MediaPolicy) -> bytes:
     if params[-1] != "base64" or len(params) < 2:
         raise MediaSourceError("data URI must be base64-encoded (';base64,')")
     kind = policy.media_kind
-    if not mime.startswith(f"{kind}/"):
+    # vLLM reads an audio data URI whatever its media type (an `input_audio` part becomes
+    # `data:audio/<its format>;base64,...`, any string): the audio's bytes are sniffed.
+    if kind != "audio" and not mime.startswith(f"{kind}/"):
         raise MediaSourceError(f"data URI media type must be {kind}/*, got {mime or 'none'!r}")
     # Refuse by encoded length first so an oversized payload is never decoded into memory.
     if len(payload) // 4 * 3 > policy.max_bytes + 2:

@@ -45,6 +45,14 @@ class MediaPolicy:
     - ``max_video_decoded_bytes``: the RGB bytes of the frames the gateway keeps of one clip
       (picked frames x height x width x 3), checked after picking and before decoding: with
       ``--max-concurrent-videos`` it bounds the gateway's memory for videos.
+    - ``max_audio_bytes`` / ``max_audio_seconds`` / ``max_audio_decoded_bytes``: one audio
+      clip's encoded size, length and decoded float32 PCM (channels x samples x 4), vLLM's
+      ``VLLM_MAX_AUDIO_CLIP_FILESIZE_MB`` (25), ``VLLM_MAX_AUDIO_DECODE_DURATION_S`` (600) and
+      ``VLLM_MAX_AUDIO_DECODE_BYTES`` (256 MiB) by default; checked from the header before
+      decoding and on the decoded samples after.
+    - ``max_audio_sample_rate`` / ``max_audio_channels``: limits vLLM does not have. A model
+      takes 16 kHz mono; a clip far above that costs resampling and decoding for nothing.
+    - ``audio_decode_timeout``: seconds the gateway may spend decoding one clip.
     - ``max_pixels`` (per image, and per video frame) must stay at or below Pillow's
       ``MAX_IMAGE_PIXELS`` so any image we accept decodes without Pillow's own bomb warning.
     """
@@ -58,13 +66,20 @@ class MediaPolicy:
     max_video_seconds: float = 600.0
     video_decode_timeout: float = 30.0
     max_video_decoded_bytes: int = 1024 * _MiB
+    max_audio_bytes: int = 25 * _MiB
+    max_audio_seconds: float = 600.0
+    max_audio_decoded_bytes: int = 256 * _MiB
+    max_audio_sample_rate: int = 192_000
+    max_audio_channels: int = 8
+    audio_decode_timeout: float = 30.0
     max_pixels: int = 64_000_000
     connect_timeout: float = 5.0
     read_timeout: float = 10.0
     total_timeout: float = 30.0
     max_redirects: int = 3
     allowed_formats: tuple[str, ...] = DEFAULT_IMAGE_FORMATS
-    # What ``max_bytes`` applies to, for error messages: "video" in ``for_video``'s copy.
+    # What ``max_bytes`` applies to, for error messages: "video" in ``for_video``'s copy,
+    # "audio" in ``for_audio``'s.
     media_kind: str = "image"
 
     # Parsed forms of ``allowed_networks``, read by ``multimodal.net_guard``.
@@ -80,6 +95,10 @@ class MediaPolicy:
     def for_video(self) -> MediaPolicy:
         """The policy for loading one video: its bytes limited by ``max_video_bytes``."""
         return replace(self, max_bytes=self.max_video_bytes, media_kind="video")
+
+    def for_audio(self) -> MediaPolicy:
+        """The policy for loading one audio clip: its bytes limited by ``max_audio_bytes``."""
+        return replace(self, max_bytes=self.max_audio_bytes, media_kind="audio")
 
     def _normalize_lists(self) -> None:
         # Frozen, so normalized values are written with object.__setattr__.
@@ -110,6 +129,12 @@ class MediaPolicy:
             "max_video_seconds",
             "video_decode_timeout",
             "max_video_decoded_bytes",
+            "max_audio_bytes",
+            "max_audio_seconds",
+            "max_audio_decoded_bytes",
+            "max_audio_sample_rate",
+            "max_audio_channels",
+            "audio_decode_timeout",
             "max_pixels",
             "connect_timeout",
             "read_timeout",
