@@ -105,7 +105,7 @@ def item_limits(model_config: Any) -> str:
     mm = model_config.get_multimodal_config()
     pairs = [
         f"{m}={mm.get_limit_per_prompt(engine_modality(model_config, m))}"
-        for m in ("image", "video")
+        for m in ("image", "video", "audio")
     ]
     return ",".join(p for p in pairs if not p.endswith("=0"))
 

@@ -106,6 +106,54 @@ def build_parser() -> argparse.ArgumentParser:
         "width x 3 bytes), checked before decoding; more is a 400 (default: %(default)s)",
     )
     p.add_argument(
+        "--max-audio-bytes",
+        type=_positive,
+        default=25 * MIB,  # MediaPolicy.max_audio_bytes
+        metavar="BYTES",
+        help="the largest audio clip accepted, in encoded bytes; larger is a 400 (%(default)s "
+        "= 25 MiB, vLLM's VLLM_MAX_AUDIO_CLIP_FILESIZE_MB)",
+    )
+    p.add_argument(
+        "--max-audio-seconds",
+        type=_positive_float,
+        default=600.0,  # MediaPolicy.max_audio_seconds
+        metavar="SECONDS",
+        help="the longest audio clip accepted, from its header and again from its samples; "
+        "longer is a 400 (default: %(default)s, vLLM's VLLM_MAX_AUDIO_DECODE_DURATION_S)",
+    )
+    p.add_argument(
+        "--max-audio-decoded-mib",
+        type=_positive,
+        default=256,  # MediaPolicy.max_audio_decoded_bytes
+        metavar="MIB",
+        help="the most memory one audio clip may take decoded (samples x channels x 4 bytes); "
+        "more is a 400 (default: %(default)s, vLLM's VLLM_MAX_AUDIO_DECODE_BYTES)",
+    )
+    p.add_argument(
+        "--max-audio-sample-rate",
+        type=_positive,
+        default=192_000,  # MediaPolicy.max_audio_sample_rate
+        metavar="HZ",
+        help="the highest sample rate of an audio clip accepted; higher is a 400 "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-audio-channels",
+        type=_positive,
+        default=8,  # MediaPolicy.max_audio_channels
+        metavar="N",
+        help="the most channels an audio clip may have (models average them to one); more is "
+        "a 400 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--audio-decode-timeout",
+        type=_positive_float,
+        default=30.0,  # MediaPolicy.audio_decode_timeout
+        metavar="SECONDS",
+        help="how long the gateway may spend decoding one audio clip; longer is a 400 "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
         "--max-concurrent-videos",
         type=_positive,
         default=None,
@@ -437,6 +485,12 @@ def main(argv: list[str]) -> int:
         max_video_seconds=args.max_video_seconds,
         video_decode_timeout=args.video_decode_timeout,
         max_video_decoded_bytes=args.max_video_decoded_mib * MIB,
+        max_audio_bytes=args.max_audio_bytes,
+        max_audio_seconds=args.max_audio_seconds,
+        max_audio_decoded_bytes=args.max_audio_decoded_mib * MIB,
+        max_audio_sample_rate=args.max_audio_sample_rate,
+        max_audio_channels=args.max_audio_channels,
+        audio_decode_timeout=args.audio_decode_timeout,
     )
     config = GatewayConfig(
         model=args.model,

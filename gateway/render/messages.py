@@ -1,9 +1,9 @@
 """Request messages to the conversation a chat template sees: vLLM's `parse_chat_messages`.
 
 - Content: in the "openai" format parts become `{"type": "text", ...}` / `{"type": "image"}`
-  (with any extra keys of the part); in the "string" format text parts are joined with "\\n"
-  and one placeholder per media item is *prepended* (joined with "\\n") unless the text
-  already holds it. The placeholder text is what vLLM's model class returns from
+  (`"video"`, `"audio"`; with any extra keys of the part); in the "string" format text parts
+  are joined with "\\n" and one placeholder per media item is *prepended* (joined with "\\n")
+  unless the text already holds it. The placeholder text is what vLLM's model class returns from
   `get_placeholder_str` (e.g. Qwen2-VL's `<|vision_start|><|image_pad|><|vision_end|>`); it
   comes from the model's multimodal processor, which mirrors it per family.
 - Post-processing: assistant tool-call arguments (JSON strings) become dicts, tool content
@@ -50,10 +50,16 @@ _KNOWN_PART_FIELDS = frozenset(
 )  # fmt: skip
 # vLLM's MODALITY_PLACEHOLDERS_MAP: with --interleave-mm-strings a media part leaves its
 # modality's marker in the text, and each marker takes that modality's next placeholder.
-_MARKERS: dict[str, str] = {"image": "<##IMAGE##>", "video": "<##VIDEO##>"}
+_MARKERS: dict[str, str] = {"image": "<##IMAGE##>", "video": "<##VIDEO##>", "audio": "<##AUDIO##>"}
 # Media part type -> its modality (vLLM's MM_PARSER_MAP), checked in this order for a part
-# without a type.
-_MEDIA_PARTS: dict[str, Modality] = {"image_url": "image", "video_url": "video"}
+# without a type (vLLM's `_parse_chat_message_content_mm_part`).
+_MEDIA_PARTS: dict[str, Modality] = {
+    "image_url": "image",
+    "audio_url": "audio",
+    "input_audio": "audio",
+    "video_url": "video",
+}
+_PLURAL = {"image": "images", "video": "videos", "audio": "audio"}
 _BILLING_HEADER = "x-anthropic-billing-header"
 
 
@@ -172,22 +178,40 @@ class _Parser:
         return text
 
     def media_part(self, index: int, j: int, part: Mapping[str, Any], kind: str) -> Any:
-        """An `image_url` or `video_url` part: its item, and what the template sees."""
+        """An `image_url`, `video_url`, `audio_url` or `input_audio` part: its item, and what
+        the template sees."""
         modality = _MEDIA_PARTS[kind]
+        where = f"messages[{index}].content[{j}]"
         if modality not in self.placeholders:
             raise ChatRequestError(
-                f"messages[{index}].content[{j}]: this model does not accept {modality}s ({kind})"
+                f"{where}: this model does not accept {_PLURAL[modality]} ({kind})"
             )
-        url, detail = part.get(kind), None
-        if isinstance(url, Mapping):
-            url, detail = url.get("url"), url.get("detail")
-        if not isinstance(url, str) or not url:
-            raise ChatRequestError(f"messages[{index}].content[{j}].{kind}.url is required")
-        where = f"messages[{index}].content[{j}]"
+        if kind == "input_audio":
+            url, detail = _input_audio_url(where, part.get(kind)), None
+        else:
+            url, detail = part.get(kind), None
+            if isinstance(url, Mapping):
+                url, detail = url.get("url"), url.get("detail")
+            if not isinstance(url, str) or not url:
+                raise ChatRequestError(f"{where}.{kind}.url is required")
         self.media.append(MediaItem(modality, url, detail if modality == "image" else None, where))
         if self.content_format == "openai":
             return {"type": modality, **_extra_fields(part)}
         return _MARKERS[modality] if self.interleave else None
+
+
+def _input_audio_url(where: str, value: Any) -> str:
+    """The URL vLLM makes of an `input_audio` part: `data:audio/<format>;base64,<data>`. Its
+    loader ignores the media type (the bytes are sniffed), so any `format` goes; vLLM's
+    request model takes only "wav" and "mp3" (OpenAI's), which the gateway does not hold to."""
+    if not isinstance(value, Mapping):
+        raise ChatRequestError(f"{where}.input_audio must be an object with data and format")
+    data, audio_format = value.get("data"), value.get("format", "")
+    if not isinstance(data, str) or not data:
+        raise ChatRequestError(f"{where}.input_audio.data is required (base64 audio)")
+    if not isinstance(audio_format, str):
+        raise ChatRequestError(f"{where}.input_audio.format must be a string")
+    return f"data:audio/{audio_format};base64,{data}"
 
 
 def _content_parts(index: int, content: Any) -> list[Any]:

@@ -4,9 +4,10 @@ For a model the gateway has no processor file for (or with `--mm-processing work
 prompt keeps one unexpanded placeholder per item and the worker runs vLLM's own processor on
 the items (`mmgate engine --mm-processor inprocess`, or the upstream servicer's). The gateway
 still fetches every item under its own media policy (address checks, byte and pixel limits,
-allowed formats) and forwards the checked bytes as base64 `data:` URLs: the worker decodes
-exactly the bytes that were checked, not a second download that could resolve elsewhere or
-come back different, and GPU workers need no route to the internet.
+allowed formats, a video's container, an audio clip's header and samples) and forwards the
+checked bytes as base64 `data:` URLs: the worker decodes exactly the bytes that were checked,
+not a second download that could resolve elsewhere or come back different, and GPU workers
+need no route to the internet.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import httpx
 import pybase64
 
 from gateway.render.messages import MediaItem, Placeholder
+from multimodal.audio import checked_audio
 from multimodal.errors import MediaError
 from multimodal.media import MediaPolicy, checked_sources, download_all, needs_download
 from multimodal.placeholders import known_modalities, placeholder_for
@@ -39,8 +41,9 @@ def mm_processing_mode(name: str) -> MmProcessing:
     return "gateway" if name == "router" else name  # type: ignore[return-value]
 
 
-# The modalities the chat renderer takes parts of (`image_url`, `video_url`).
-RENDERED_MODALITIES: tuple[str, ...] = ("image", "video")
+# The modalities the chat renderer takes parts of (`image_url`, `video_url`, `audio_url` and
+# `input_audio`).
+RENDERED_MODALITIES: tuple[str, ...] = ("image", "video", "audio")
 
 
 def fallback_placeholders(
@@ -48,8 +51,8 @@ def fallback_placeholders(
 ) -> dict[str, Placeholder]:
     """What vLLM writes into a "string"-format prompt per item of each of `modalities`, for
     media the gateway has no processor for: images always (vLLM writes nothing for an
-    architecture it has no text for), videos where vLLM's model class has a video placeholder
-    (its `get_placeholder_str`), the sign that the model takes video."""
+    architecture it has no text for), videos and audio where vLLM's model class has a
+    placeholder for them (its `get_placeholder_str`), the sign that the model takes them."""
     architectures = tuple(architectures)
     known = {"image", *known_modalities(architectures)}
     return {
@@ -62,8 +65,8 @@ def fallback_placeholders(
 async def media_refs(
     items: Sequence[MediaItem], policy: MediaPolicy, http: httpx.AsyncClient | None
 ) -> pb.MediaRefs:
-    """The items, fetched and checked under `policy` (a video under its video limits), as
-    data: URLs in prompt order."""
+    """The items, fetched and checked under `policy` (a video under its video limits, an
+    audio clip under its audio limits), as data: URLs in prompt order."""
     downloaded = await download_items(items, policy, http)
     urls = await asyncio.to_thread(_checked_urls, items, downloaded, policy)
     return pb.MediaRefs(
@@ -77,12 +80,16 @@ async def media_refs(
 async def download_items(
     items: Sequence[MediaItem], policy: MediaPolicy, http: httpx.AsyncClient | None
 ) -> list[bytes | None]:
-    """Each http(s) item's bytes (None for the others), images and videos concurrently,
-    each under its modality's byte limit."""
+    """Each http(s) item's bytes (None for the others), each modality's concurrently, each
+    under its modality's byte limit."""
     downloaded: list[bytes | None] = [None] * len(items)
     groups = [
         ([k for k, item in enumerate(items) if item.modality == m], p)
-        for m, p in (("image", policy), ("video", policy.for_video()))
+        for m, p in (
+            ("image", policy),
+            ("video", policy.for_video()),
+            ("audio", policy.for_audio()),
+        )
     ]
     groups = [(ks, p) for ks, p in groups if needs_download([items[k].url for k in ks])]
     fetched = await asyncio.gather(*(_download_group(ks, items, p, http) for ks, p in groups))
@@ -106,7 +113,8 @@ def _checked_urls(
     items: Sequence[MediaItem], downloaded: Sequence[bytes | None], policy: MediaPolicy
 ) -> list[str]:
     """Blocking: each item's data: URL, checked (images by their header, videos by
-    `multimodal.video`); a failure names the item by its modality and index in it."""
+    `multimodal.video`, audio by `multimodal.audio`); a failure names the item by its
+    modality and index in it."""
     urls, seen = [], {modality: 0 for modality in RENDERED_MODALITIES}
     for item, raw in zip(items, downloaded, strict=True):
         index = seen.get(item.modality, 0)
@@ -122,6 +130,8 @@ def _checked_urls(
 def _checked_url(item: MediaItem, raw: bytes | None, policy: MediaPolicy) -> str:
     if item.modality == "video":
         return checked_video(item.url, raw, policy)
+    if item.modality == "audio":
+        return checked_audio(item.url, raw, policy)
     [(data, mime)] = checked_sources([item.url], [raw], policy)
     return f"data:{mime};base64,{pybase64.b64encode(data).decode('ascii')}"
 

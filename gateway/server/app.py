@@ -204,8 +204,9 @@ def _services(
             **fallback_placeholders(files.config.get("architectures") or ()),
             **placeholders,
         }
-        if "image" not in processors.by_modality:
-            _log_fallback(files.config.get("model_type"), config.mm_processing, pool)
+        missing = [m for m in placeholders if m not in processors.by_modality]
+        if missing:
+            _log_fallback(files.config.get("model_type"), missing, config.mm_processing, pool)
     renderer = ChatRenderer(files, placeholders, chat_template=config.chat_template)
     state.media_cache = MediaCache.from_gib(config.mm_processor_cache_gb)
     prompts = PromptBuilder(
@@ -236,18 +237,22 @@ def _services(
     )
 
 
-def _log_fallback(model_type: object, mode: str, pool: WorkerPool) -> None:
+def _log_fallback(model_type: object, missing: list[str], mode: str, pool: WorkerPool) -> None:
+    """`missing`: the modalities the model takes that the gateway has no processor for."""
+    kinds = " or ".join(missing)
     if mode == "gateway":
         log.warning(
-            "no image processor here for model_type %r: image requests are refused "
+            "no %s processor here for model_type %r: those requests are refused "
             "(--mm-processing gateway)",
+            kinds,
             model_type,
         )
         return
     offering = sum(w.facts is not None and w.facts.takes_media_refs for w in pool.workers.values())
     log.warning(
-        "no image processor here for model_type %r: the engine workers preprocess its images "
+        "no %s processor here for model_type %r: the engine workers preprocess those items "
         "(%d of %d workers take media, started with --mm-processor inprocess)",
+        kinds,
         model_type,
         offering,
         len(pool.workers),

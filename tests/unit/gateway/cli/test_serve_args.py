@@ -72,3 +72,25 @@ def test_api_server_count_is_one_process_unless_asked(tmp_path, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args([*base, "--api-server-count", "0"])
     assert "must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_audio_limits_default_to_vllm_s_and_the_policy_s(tmp_path):
+    import vllm.envs as envs
+
+    from gateway.cli.serve import build_parser
+    from multimodal.policy import MediaPolicy
+
+    base = ["--model", str(tmp_path), "--worker", "grpc://127.0.0.1:1"]
+    args = build_parser().parse_args(base)
+    policy = MediaPolicy()
+    assert args.max_audio_bytes == policy.max_audio_bytes
+    assert args.max_audio_bytes == envs.VLLM_MAX_AUDIO_CLIP_FILESIZE_MB << 20
+    assert args.max_audio_seconds == policy.max_audio_seconds
+    assert args.max_audio_seconds == envs.VLLM_MAX_AUDIO_DECODE_DURATION_S
+    assert args.max_audio_decoded_mib << 20 == policy.max_audio_decoded_bytes
+    assert policy.max_audio_decoded_bytes == envs.VLLM_MAX_AUDIO_DECODE_BYTES
+    assert (args.max_audio_sample_rate, args.max_audio_channels) == (
+        policy.max_audio_sample_rate,
+        policy.max_audio_channels,
+    )
+    assert args.audio_decode_timeout == policy.audio_decode_timeout

@@ -456,7 +456,8 @@ def test_the_worker_keys_the_items_as_vision_chunks_as_vllm_does(tiny, tiny_ours
         "vision_chunk",
         "audio",
     ]
-    assert item_limits(model_config) == "image=3,video=3"  # the vision_chunk limit, by wire name
+    # the vision_chunk limit, by wire name (audio: the fake config's 999 for any other key)
+    assert item_limits(model_config) == "image=3,video=3,audio=999"
     engine = SimpleNamespace(
         model_config=model_config, renderer=SimpleNamespace(mm_processor=None), tokenizer=None
     )

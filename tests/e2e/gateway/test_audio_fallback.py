@@ -1,0 +1,223 @@
+"""Audio through the worker-side fallback (`media_refs`): `mmgate serve` fetches and checks each
+clip and `mmgate engine --mm-processor inprocess` (or SMG's own servicer in that mode) runs
+vLLM's own processor on it. On the tiny Qwen2-Audio, for `input_audio` and `audio_url` parts,
+16 kHz mono and 44.1 kHz stereo, WAV/FLAC/MP3/Ogg, one and two clips per prompt, the answers
+equal vLLM's own OpenAI server's: prompt token count, greedy text and each token's logprobs.
+Bad audio answers a 400 naming the clip, and the gateway keeps serving."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.support.audio_refs import require
+from tests.support.engines import UpstreamServicerProcess, VllmServerProcess, WorkerProcess
+from tests.support.family_e2e import REFERENCE_NAME
+from tests.support.gateway_process import GatewayProcess
+from tests.support.http_files import serve_bytes
+from tests.support.qwen2_audio_models import build_model
+
+# vLLM profiles with `limit` clips of 30 s (750 tokens each): two need a context above 1500.
+ENGINE = {"max_model_len": 2048, "limit_mm_per_prompt": {"audio": 2}}
+MAX_SECONDS = 5  # the auto gateway's --max-audio-seconds
+LOGPROB_TOLERANCE = 1e-4
+
+
+def clip(
+    seconds: float, rate: int = 16000, channels: int = 1, fmt: str = "WAV", seed: int = 0
+) -> bytes:
+    """A tone (a different pitch per channel) under a little noise, in `fmt`."""
+    soundfile = require("soundfile")
+    t = np.arange(round(seconds * rate)) / rate
+    tones = [0.3 * np.sin(2 * np.pi * (220 + 110 * k) * t) for k in range(channels)]
+    samples = np.stack(tones, axis=1)
+    samples += 0.03 * np.random.default_rng(seed).standard_normal(samples.shape)
+    buffer = io.BytesIO()
+    subtype = {"MP3": "MPEG_LAYER_III", "OGG": "VORBIS"}.get(fmt)
+    soundfile.write(buffer, samples.astype(np.float32), rate, format=fmt, subtype=subtype)
+    return buffer.getvalue()
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def input_audio(raw: bytes, declared: str = "wav") -> dict:
+    # vLLM's request model takes "wav" or "mp3" only; its loader sniffs the bytes either way
+    return {"type": "input_audio", "input_audio": {"data": b64(raw), "format": declared}}
+
+
+def audio_url(url: str) -> dict:
+    return {"type": "audio_url", "audio_url": {"url": url}}
+
+
+MONO_16K = clip(1.0)
+STEREO_44K = clip(1.5, 44100, 2, seed=1)
+CASES: dict[str, list[dict]] = {
+    "input-audio-16k": [input_audio(MONO_16K)],
+    "audio-url-44k-stereo": [audio_url(f"data:audio/wav;base64,{b64(STEREO_44K)}")],
+    "two-clips": [input_audio(MONO_16K), audio_url(f"data:audio/wav;base64,{b64(STEREO_44K)}")],
+    # other containers, declared as wav: vLLM ignores the declared format
+    "flac-mp3": [
+        input_audio(clip(0.8, 22050, 1, "FLAC", seed=2)),
+        input_audio(clip(0.6, 44100, 2, "MP3", seed=3), "mp3"),
+    ],
+    "ogg": [input_audio(clip(0.7, 48000, 1, "OGG", seed=4))],
+}
+
+
+def chat(base_url: str, model: str, parts: list[dict], **extra: Any) -> httpx.Response:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "What?"}]}],
+        "max_tokens": 8,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "ignore_eos": True,
+        **extra,
+    }
+    return httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120)
+
+
+def answer(base_url: str, model: str, parts: list[dict]) -> dict:
+    reply = chat(base_url, model, parts)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def assert_same_answer(ours: dict, reference: dict) -> None:
+    assert ours["usage"]["prompt_tokens"] == reference["usage"]["prompt_tokens"]
+    got, want = ours["choices"][0], reference["choices"][0]
+    assert got["message"]["content"] == want["message"]["content"]
+    got_tokens, want_tokens = got["logprobs"]["content"], want["logprobs"]["content"]
+    assert [t["token"] for t in got_tokens] == [t["token"] for t in want_tokens]
+    for g, w in zip(got_tokens, want_tokens, strict=True):
+        assert abs(g["logprob"] - w["logprob"]) <= LOGPROB_TOLERANCE
+        assert [t["token"] for t in g["top_logprobs"]] == [t["token"] for t in w["top_logprobs"]]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return build_model(tmp_path_factory.mktemp("qwen2-audio") / "model")
+
+
+@pytest.fixture(scope="module")
+def engines(model, tmp_path_factory):
+    """vLLM's server, our worker and SMG's servicer, both taking media_refs, started at once."""
+    logs = tmp_path_factory.mktemp("audio-engines")
+    started = {
+        "vllm": VllmServerProcess(model, logs / "vllm.log", **ENGINE),
+        "ours": WorkerProcess(model, logs / "ours.log", mm_processor="inprocess", **ENGINE),
+        "upstream": UpstreamServicerProcess(
+            model, logs / "upstream.log", mm_processor="inprocess", **ENGINE
+        ),
+    }
+    try:
+        yield {name: engine.wait_ready() for name, engine in started.items()}
+    finally:
+        for engine in started.values():
+            engine.stop()
+
+
+@pytest.fixture(scope="module")
+def gateways(model, engines, tmp_path_factory):
+    """In front of our worker: one told to leave media to the worker (and to fetch from this
+    host's test server), one on auto (no audio processor here) with a short length limit; and
+    one in front of SMG's servicer."""
+    logs = tmp_path_factory.mktemp("audio-gateways")
+    ours, upstream = [engines["ours"].address], [engines["upstream"].address]
+    private = ("--allow-private-media-networks", "127.0.0.0/8")
+    limit = ("--max-audio-seconds", str(MAX_SECONDS))
+    worker_mode = ("--mm-processing", "worker", *private)
+    started = {
+        "worker": GatewayProcess(model, ours, logs / "worker.log", *worker_mode),
+        "auto": GatewayProcess(model, ours, logs / "auto.log", *limit),
+        "upstream": GatewayProcess(model, upstream, logs / "upstream.log", *private),
+    }
+    try:
+        yield {name: gateway.wait_ready() for name, gateway in started.items()}
+    finally:
+        for gateway in started.values():
+            gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(engines) -> dict[str, dict]:
+    """vLLM's own server's answer to each case."""
+    base = engines["vllm"].base_url
+    return {name: answer(base, REFERENCE_NAME, parts) for name, parts in CASES.items()}
+
+
+def test_the_model_has_no_audio_processor_in_the_gateway(model, gateways):
+    from gateway.render.model_files import ModelFiles
+    from multimodal.registry import processors_for
+
+    assert "audio" not in processors_for(ModelFiles.load(model)).by_modality
+    log = gateways["auto"].log_path.read_text()
+    assert "audio processor here for model_type 'qwen2_audio'" in log
+    assert "(1 of 1 workers take media" in log
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_our_gateway_and_worker_answer_as_vllm(gateways, reference, model, case):
+    for mode in ("worker", "auto"):
+        assert_same_answer(
+            answer(gateways[mode].base_url, str(model), CASES[case]), reference[case]
+        )
+
+
+def test_our_gateway_drives_smg_s_servicer_in_worker_mode(gateways, reference, model):
+    for case in ("two-clips", "flac-mp3"):
+        got = answer(gateways["upstream"].base_url, str(model), CASES[case])
+        assert_same_answer(got, reference[case])
+
+
+def test_an_http_clip_is_fetched_by_the_gateway_as_vllm_fetches_it(gateways, engines, model):
+    raw = clip(1.2, 44100, 2, "FLAC", seed=5)
+    with serve_bytes(raw, "audio/flac") as host:
+        parts = [audio_url(f"{host}/a.flac")]
+        want = answer(engines["vllm"].base_url, REFERENCE_NAME, parts)
+        assert_same_answer(answer(gateways["worker"].base_url, str(model), parts), want)
+        # the auto gateway was not told to trust this host's addresses
+        refused = chat(gateways["auto"].base_url, str(model), parts)
+    assert refused.status_code == 400
+    assert "audio 0:" in refused.json()["error"]["message"]
+    assert "loopback" in refused.json()["error"]["message"]
+
+
+BAD = {
+    "garbage": ([input_audio(b"not audio at all" * 10)], "audio 0: not a supported audio format"),
+    "truncated-second": (
+        [input_audio(MONO_16K), input_audio(clip(1.0, fmt="FLAC")[:200])],
+        "audio 1: invalid or corrupted audio data",
+    ),
+    "too-long": ([input_audio(clip(MAX_SECONDS + 1.0))], "audio 0: the audio lasts 6.0 s, above"),
+    "no-data": (
+        [{"type": "input_audio", "input_audio": {"format": "wav"}}],
+        "content[0].input_audio.data is required",
+    ),
+}
+
+
+@pytest.mark.parametrize(("parts", "message"), list(BAD.values()), ids=list(BAD))
+def test_bad_audio_is_a_400_naming_the_clip_and_the_gateway_keeps_serving(
+    gateways, reference, model, parts, message
+):
+    refused = chat(gateways["auto"].base_url, str(model), parts)
+    assert refused.status_code == 400, refused.text
+    assert message in refused.json()["error"]["message"]
+    good = answer(gateways["auto"].base_url, str(model), CASES["input-audio-16k"])
+    assert_same_answer(good, reference["input-audio-16k"])
+
+
+def test_more_clips_than_the_engine_takes_are_refused_as_vllm_refuses_them(gateways, model):
+    reply = chat(gateways["worker"].base_url, str(model), [input_audio(MONO_16K)] * 3)
+    assert reply.status_code == 400
+    # counted by the gateway from the worker's advertised limit, before anything is fetched
+    assert reply.json()["error"]["message"] == "At most 2 audio(s) may be provided in one prompt."
