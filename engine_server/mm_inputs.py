@@ -7,6 +7,11 @@ sizes tensor has a row of extents per item is a padded batch, each item cut back
 shape, as vLLM's Pixtral processors hand images over), placeholder ranges with an embedding
 mask when they hold structural tokens, and one hash per item.
 
+Flat tensors are cut along their first axis on the wire. A model that concatenates an item's
+rows along another axis (Qwen2.5-Omni's audio features, [128 mel bins, frames], flat along the
+frames) gets the wire's first axis moved there and its field config on that axis: which axis
+is the model's own field config's (`FlatDims`, from vLLM's processor), not the sender's word.
+
 Items a sender left out (`cached`: the worker's item cache, engine_server/mm_item_cache.py)
 have a placeholder and a hash but no share of the batch's tensors, which then hold only the
 items sent: the batch is laid out for those, and the cached items are put back in place.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import blake3
 import torch
@@ -23,6 +29,7 @@ from transformers import BatchFeature
 from vllm.inputs.engine import MultiModalInput, mm_input
 from vllm.multimodal.inputs import (
     MultiModalFieldConfig,
+    MultiModalFlatField,
     MultiModalKwargsItem,
     MultiModalKwargsItems,
     PlaceholderRange,
@@ -54,8 +61,47 @@ class _Batch:
 
 
 SlotCheck = Callable[[MultiModalKwargsItems, dict[str, list[PlaceholderRange]]], None]
-# The wire's modality ("image", "video") to the one the model keys its items by.
+# The wire's modality ("image", "video", "audio") to the one the model keys its items by.
 ModalityMap = Callable[[str], str]
+# (modality, a batch's tensors by engine key) -> the axis the model concatenates each flat
+# tensor's items along, for those where it is not the first (`model_flat_dims`).
+FlatDims = Callable[[str, Mapping[str, torch.Tensor]], Mapping[str, int]]
+_WIRE_MODALITIES = {
+    common_pb2.MODALITY_UNSPECIFIED: "image",
+    common_pb2.IMAGE: "image",
+    common_pb2.VIDEO: "video",
+    common_pb2.AUDIO: "audio",
+}
+
+
+def wire_modality(batch) -> str:
+    """The batch's modality as the wire names it ("image" when unset); InvalidRequest for a
+    value this server does not know."""
+    name = _WIRE_MODALITIES.get(batch.modality)
+    if name is None:
+        raise InvalidRequest(f"mm_inputs.modality: unknown modality {batch.modality}")
+    return name
+
+
+def model_flat_dims(processor: Any) -> FlatDims:
+    """The axes vLLM's processor for the model (`processor`: its BaseMultiModalProcessor; None:
+    every flat tensor along its first axis) concatenates flat audio tensors along: its own
+    `_get_mm_fields_config` on the batch's tensors. Audio only: image and video tensors are
+    flat along their first axis in every model here, and their configs are not asked for."""
+
+    def dims(modality: str, tensors: Mapping[str, torch.Tensor]) -> Mapping[str, int]:
+        if processor is None or modality != "audio":
+            return {}
+        configs = processor._get_mm_fields_config(BatchFeature(dict(tensors)), {})
+        return {
+            key: config.field.dim
+            for key, config in configs.items()
+            if key in tensors
+            and isinstance(config.field, MultiModalFlatField)
+            and config.field.dim != 0
+        }
+
+    return dims
 
 
 def build_mm_prompt(
@@ -66,12 +112,15 @@ def build_mm_prompt(
     check_slots: SlotCheck | None = None,
     modality_of: ModalityMap = str,
     cached: Mapping[str, MultiModalKwargsItem] | None = None,
+    flat_dims: FlatDims | None = None,
 ) -> MultiModalInput:
-    """`cached`: items by hash that the request left out of its tensors."""
+    """`cached`: items by hash that the request left out of its tensors; `flat_dims`: the
+    model's axes for flat tensors not cut along their first (None: all are)."""
     ids = torch.tensor(prompt_ids, dtype=torch.int64)
     cached = cached or {}
     decoded = [
-        _decode_batch(b, i, ids, contract, modality_of, cached) for i, b in enumerate(batches)
+        _decode_batch(b, i, ids, contract, modality_of, cached, flat_dims)
+        for i, b in enumerate(batches)
     ]
     hf_dict: dict[str, torch.Tensor] = {}
     fields: dict[str, MultiModalFieldConfig] = {}
@@ -105,11 +154,11 @@ def _decode_batch(
     contract: PixelContract,
     modality_of: ModalityMap,
     cached: Mapping[str, MultiModalKwargsItem],
+    flat_dims: FlatDims | None = None,
 ) -> _Batch:
     where = "mm_inputs" if index == 0 else f"extra_mm_inputs[{index - 1}]"
-    modality = modality_of("video" if batch.modality == common_pb2.VIDEO else "image")
-    if batch.modality not in (common_pb2.MODALITY_UNSPECIFIED, common_pb2.IMAGE, common_pb2.VIDEO):
-        raise InvalidRequest(f"{where}.modality: only image and video are supported")
+    kind = wire_modality(batch)
+    modality = modality_of(kind)
     if not batch.mm_placeholders:
         raise InvalidRequest(f"{where}.mm_placeholders: a multimodal batch needs one per item")
     if batch.mm_hashes and len(batch.mm_hashes) != len(batch.mm_placeholders):
@@ -134,13 +183,21 @@ def _decode_batch(
         if key == primary:
             raise InvalidRequest(f"{where}.model_specific_tensors[{key!r}] repeats pixel_values")
         wire[key] = tensor_from_proto(td, f"{where}.model_specific_tensors[{key!r}]")
-    _check_pixels(wire[primary], contract, f"{where}.pixel_values")
+    if kind == "audio":
+        _check_features(wire[primary], f"{where}.pixel_values")
+    else:  # (audio features are floats whatever the engine does with pixels)
+        _check_pixels(wire[primary], contract, f"{where}.pixel_values")
     tensors = {_engine_key(k, modality): _to_model_dtype(t, contract) for k, t in wire.items()}
     fields = _field_configs(batch, wire, modality, num_items, where)
     for key, sizes_key in batch.flat_keys.items():
         if key in wire and _is_extents(wire.get(sizes_key)):
             name = _engine_key(key, modality)
             tensors[name] = _unpadded(key, tensors[name], sizes_key, wire, batch, num_items, where)
+    dims = flat_dims(modality, tensors) if flat_dims is not None else {}
+    for key, dim in dims.items():
+        field = fields.get(key)
+        if field is not None and isinstance(field.field, MultiModalFlatField):
+            fields[key] = _flat_along(field, key, tensors, dim, where)
     return _Batch(
         modality,
         tensors,
@@ -181,6 +238,33 @@ def _check_pixels(pixels: torch.Tensor, contract: PixelContract, field: str) -> 
             f"{field}: this engine takes normalized float pixels (mm_device_do_normalize is off), "
             f"got {_wire_name(pixels.dtype)}"
         )
+
+
+def _check_features(features: torch.Tensor, field: str) -> None:
+    if not features.is_floating_point():
+        raise InvalidRequest(
+            f"{field}: audio features must be floating point, got {_wire_name(features.dtype)}"
+        )
+
+
+def _flat_along(
+    config: MultiModalFieldConfig, key: str, tensors: dict, dim: int, where: str
+) -> MultiModalFieldConfig:
+    """`tensors[key]` (items' rows along the first axis) with that axis moved to `dim`, where
+    the model concatenates its items, and its field config on that axis (the same sizes)."""
+    tensor = tensors[key]
+    if not 0 < dim < tensor.ndim:
+        raise InvalidRequest(
+            f"{where}: {key!r} of shape {list(tensor.shape)} has no axis {dim} for the model "
+            "to concatenate its items along"
+        )
+    tensors[key] = tensor.movedim(0, dim).contiguous()
+    flat = config.field  # cut along the first axis: one slice (or 1-tuple of one) per item
+    cuts = [s[0] if isinstance(s, tuple) else s for s in flat.slices]
+    sizes = torch.tensor([s.stop - s.start for s in cuts], dtype=torch.int64)
+    return MultiModalFieldConfig.flat_from_sizes(
+        config.modality, sizes, dim=dim, keep_on_cpu=flat.keep_on_cpu
+    )
 
 
 def _wire_name(dtype: torch.dtype) -> str:

@@ -19,7 +19,12 @@ from engine_server import kv_events, model_info, tracing
 from engine_server.errors import CacheMissError, InvalidRequest, status_for
 from engine_server.media_refs import FLAG as MM_PROCESSOR_FLAG
 from engine_server.media_refs import MediaRefProcessor
-from engine_server.mm_inputs import PixelContract, build_mm_prompt
+from engine_server.mm_inputs import (
+    PixelContract,
+    build_mm_prompt,
+    model_flat_dims,
+    wire_modality,
+)
 from engine_server.mm_item_cache import DEFAULT_ITEM_SENDERS, GIB, ItemCache
 from engine_server.mm_slots import EmbeddingSlots
 from engine_server.outputs import final_responses, stream_responses
@@ -61,6 +66,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             model_dtype=self.model_config.dtype,
         )
         self.slots = EmbeddingSlots(engine)
+        self.flat_dims = model_flat_dims(getattr(engine.renderer, "mm_processor", None))
         # Send-once (protos/extensions.py, MM_ITEM_CACHE): items kept by hash, bounded by
         # vLLM's --mm-processor-cache-gb, whose budget counts a copy in this (the API) process
         # as vLLM's own cache does; 0 turns it off. Split in equal shares, one per sending
@@ -212,6 +218,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             self.slots.check,
             self._modality,
             cached,
+            self.flat_dims,
         )
         if items is not None and self.items is not None:
             with self._items_lock:
@@ -233,7 +240,7 @@ class EngineServicer(pb_grpc.VllmEngineServicer):
             raise InvalidRequest("mm_inputs: this model takes no multimodal input")
         counts: dict[str, int] = {}
         for batch in batches:
-            modality = self._modality("video" if batch.modality == common_pb2.VIDEO else "image")
+            modality = self._modality(wire_modality(batch))
             counts[modality] = counts.get(modality, 0) + len(batch.mm_placeholders)
         mm_config = self.model_config.get_multimodal_config()
         model_info.check_item_counts(mm_config, counts, "mm_inputs")

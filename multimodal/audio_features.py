@@ -12,10 +12,11 @@ float32 FFT and matmul round at every step, so the two agree to float32 noise ra
 bit for bit; the tests state the measured maximum error.
 
 How long the padded audio is, and which frames count, follows what the processors ask for:
-both pad to 30 s (`padding="max_length"`, 480,000 samples) and return the attention mask;
+both pad to the extractor's `n_samples` (`padding="max_length"`: 30 s for Qwen2-Audio, 300 s
+for the released Qwen2.5-Omni, whose chunk_length is 300) and return the attention mask;
 Qwen2-Audio truncates past 30 s (vLLM passes `truncation=True`), Qwen2.5-Omni does not (vLLM's
 processor passes `truncation=False` to every modality, and Omni does not override it), so a 31 s
-clip there gives 3,100 frames and 775 audio tokens.
+clip there gives 3,100 real frames (of 30,000) and 775 audio tokens.
 """
 
 from __future__ import annotations
@@ -159,9 +160,10 @@ def audio_token_count(feature_length: int) -> int:
 
 
 def pad_or_truncate(
-    audio: npt.NDArray[np.floating], *, truncate: bool
+    audio: npt.NDArray[np.floating], *, truncate: bool, chunk_samples: int = CHUNK_SAMPLES
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int32]]:
-    """The clip right-padded with zeros to 30 s (or cut to it if `truncate`) and the per-frame
+    """The clip right-padded with zeros to `chunk_samples` (the extractor's `n_samples`: 30 s
+    unless its chunk_length says otherwise), or cut to it if `truncate`, and the per-frame
     attention mask, as `padding="max_length"` and `return_attention_mask=True` make them.
 
     transformers samples the per-sample mask every 160 samples and, when the padded length is
@@ -172,10 +174,10 @@ def pad_or_truncate(
     if x.ndim != 1:
         raise ValueError(f"expected mono audio (1-D), got shape {x.shape}")
     if truncate:
-        x = x[:CHUNK_SAMPLES]
+        x = x[:chunk_samples]
     valid = x.shape[0]
-    if valid < CHUNK_SAMPLES:
-        x = np.pad(x, (0, CHUNK_SAMPLES - valid))
+    if valid < chunk_samples:
+        x = np.pad(x, (0, chunk_samples - valid))
     sample_mask = np.zeros(x.shape[0], dtype=np.int32)
     sample_mask[:valid] = 1
     mask = sample_mask[::HOP_LENGTH]
@@ -185,11 +187,17 @@ def pad_or_truncate(
 
 
 def extract_features(
-    audio: npt.NDArray[np.floating], *, num_mel_filters: int, truncate: bool
+    audio: npt.NDArray[np.floating],
+    *,
+    num_mel_filters: int,
+    truncate: bool,
+    chunk_samples: int = CHUNK_SAMPLES,
 ) -> AudioFeatures:
     """Features and attention mask of one 16 kHz mono clip.
 
     `truncate`: True for Qwen2-Audio (and Whisper), False for Qwen2.5-Omni, as vLLM calls them.
+    `chunk_samples`: the extractor's `n_samples` (chunk_length x 16 kHz), what a clip is padded
+    to: 30 s for Qwen2-Audio, 300 s for the released Qwen2.5-Omni.
     """
-    padded, mask = pad_or_truncate(audio, truncate=truncate)
+    padded, mask = pad_or_truncate(audio, truncate=truncate, chunk_samples=chunk_samples)
     return AudioFeatures(log_mel_spectrogram(padded, num_mel_filters), mask)

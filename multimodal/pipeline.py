@@ -14,9 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from multimodal.audio import load_audio
+from multimodal.audio_decode import DecodedAudio
 from multimodal.errors import MediaError
 from multimodal.hashing import item_hash, settings_fingerprint
-from multimodal.media import MediaPolicy, decode_sources, pending_sources
+from multimodal.media import MediaPolicy, decode_sources, pending_sources, source_bytes
 from multimodal.media_cache import MediaCache
 from multimodal.processors.base import (
     ItemProcessor,
@@ -54,7 +56,8 @@ _EXTRA_MM_INPUTS = field_number(pb.GenerateRequest, "extra_mm_inputs")
 
 
 class LoadedItem(Protocol):
-    """A decoded media item (multimodal.media.LoadedImage, multimodal.video.LoadedVideo)."""
+    """A decoded media item (multimodal.media.LoadedImage, multimodal.video.LoadedVideo,
+    `AudioItem`)."""
 
     @property
     def data(self) -> bytes: ...  # the bytes it came from: the input of its hash
@@ -78,6 +81,8 @@ def decode_items(
     request's `sampling`. A failure carries the item's index among them. `lazy`: only read
     (and checked as far as that goes) now, decoded when their pixels are first asked for, so
     that `prepare` never decodes an item the media cache holds."""
+    if processor.modality == "audio":
+        return _audio_items(sources, downloaded, policy, lazy)
     if not isinstance(processor, VideoProcessor):
         if lazy:
             return list(pending_sources(sources, downloaded, policy))
@@ -127,6 +132,52 @@ class PendingVideo:
     @property
     def pixels(self) -> Any:
         return self.loaded.pixels
+
+
+class AudioItem:
+    """An audio clip: its bytes (the input of its hash) and, as its `pixels`, the samples its
+    family processes (`DecodedAudio`, at the clip's own rate). Lazy (`decode_items(lazy=True)`):
+    the bytes read now, the clip checked and decoded on first use of its samples, a failure
+    then carrying its index as `decode_items`' do."""
+
+    def __init__(
+        self,
+        source: str,
+        data: bytes,
+        policy: MediaPolicy,
+        index: int,
+        decoded: DecodedAudio | None = None,
+    ) -> None:
+        self.data, self._source, self._policy, self._index = data, source, policy, index
+        self._decoded = decoded
+
+    @property
+    def pixels(self) -> DecodedAudio:
+        if self._decoded is None:
+            try:  # the bytes are passed as downloaded: read once, checked as they were read
+                self._decoded = load_audio(self._source, self.data, self._policy).audio
+            except MediaError as error:
+                error.index, error.kind = self._index, "audio"
+                raise
+        return self._decoded
+
+
+def _audio_items(
+    sources: Sequence[str], downloaded: Sequence[bytes | None], policy: MediaPolicy, lazy: bool
+) -> list[LoadedItem]:
+    items: list[LoadedItem] = []
+    for index, (source, raw) in enumerate(zip(sources, downloaded, strict=True)):
+        try:
+            if lazy:
+                data, _ = source_bytes(source, raw, policy.for_audio())
+                items.append(AudioItem(source, data, policy, index))
+            else:
+                loaded = load_audio(source, raw, policy)
+                items.append(AudioItem(source, loaded.data, policy, index, loaded.audio))
+        except MediaError as error:
+            error.index, error.kind = index, "audio"
+            raise
+    return items
 
 
 def _picker(processor: VideoProcessor, settings: Any, sampling: VideoSampling):
@@ -255,10 +306,15 @@ def _through_cache(
     alone (a share of a batch may carry the batch's padding), which the cache then keeps."""
     shares: list[ItemShare] = []
     fresh: dict[str, ItemShare] = {}  # an item repeated within the request: processed once
-    for item, key in zip(items, hashes):
+    for index, (item, key) in enumerate(zip(items, hashes)):
         share = fresh.get(key) or cache.get(key)
         if share is None:
-            processed = processor.process([item.pixels], settings, encoding.raw)
+            try:
+                processed = processor.process([item.pixels], settings, encoding.raw)
+            except MediaError as error:  # (a clip too short for one audio token)
+                if error.index is not None:
+                    error.index = index  # its place among the request's, not in a batch of 1
+                raise
             share = fresh[key] = split_items(processed, copy=False)[0]  # all of a batch of 1
             cache.put(key, share)
         shares.append(share)

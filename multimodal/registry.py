@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from multimodal.processors.base import ItemProcessor, Modality, ModelConfigs, UnsupportedModel
@@ -21,7 +21,9 @@ from multimodal.processors.llava_onevision import (
     LlavaOnevisionVideoProcessor,
 )
 from multimodal.processors.pixtral import Mistral3Processor, PixtralHFProcessor
+from multimodal.processors.qwen2_audio import Qwen2AudioProcessor
 from multimodal.processors.qwen3_vl_video import Qwen3VLVideoProcessor
+from multimodal.processors.qwen25_omni import Qwen25OmniAudioProcessor, Qwen25OmniImageProcessor
 from multimodal.processors.qwen_vl import QwenVLProcessor
 from multimodal.processors.qwen_vl_video import QwenVLVideoProcessor
 
@@ -40,11 +42,15 @@ FAMILIES: tuple[type[ItemProcessor], ...] = (
     InternVLProcessor,
     Glm4vProcessor,
     KimiK25Processor,
+    Qwen25OmniImageProcessor,
     # videos
     QwenVLVideoProcessor,
     Qwen3VLVideoProcessor,
     Glm4vVideoProcessor,
     LlavaOnevisionVideoProcessor,
+    # audio
+    Qwen2AudioProcessor,
+    Qwen25OmniAudioProcessor,
 )
 
 __all__ = ["FAMILIES", "ModelProcessors", "UnsupportedModel", "processor_for", "processors_for"]
@@ -57,8 +63,10 @@ class ModelProcessors:
     by_modality: Mapping[Modality, ItemProcessor] = field(default_factory=dict)
 
     @property
-    def placeholders(self) -> dict[Modality, str]:
-        """The text vLLM writes per item into a "string"-format chat prompt, per modality."""
+    def placeholders(self) -> dict[Modality, str | Callable[[int], str]]:
+        """The text vLLM writes per item into a "string"-format chat prompt, per modality: a
+        function of the item's number among its modality's (from 1) where vLLM numbers them
+        (the audio families' "Audio N: ...")."""
         return {m: p.placeholder_text for m, p in self.by_modality.items()}
 
     def get(self, modality: Modality) -> ItemProcessor:

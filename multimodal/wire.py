@@ -80,15 +80,15 @@ def multimodal_inputs(
     float_dtype: str | None = None,
     modality: Modality = "image",
 ) -> pb.MultimodalInputs:
-    tensors = processed.tensors
+    tensors, primary = processed.tensors, processed.encoder_key
     return _message(
         processed,
         ranges,
         hashes,
         modality,
-        pixel_values=tensor_data(tensors[PRIMARY_KEY], float_dtype),
+        pixel_values=tensor_data(tensors[primary], float_dtype),
         model_specific_tensors={
-            k: tensor_data(v, float_dtype) for k, v in tensors.items() if k != PRIMARY_KEY
+            k: tensor_data(v, float_dtype) for k, v in tensors.items() if k != primary
         },
     )
 
@@ -118,7 +118,7 @@ def multimodal_nodes(
     nodes: list[Node] = [_message(processed, ranges, hashes, modality).SerializeToString()]
     for key, value in processed.tensors.items():
         tensor = _tensor_nodes(value, float_dtype)
-        if key == PRIMARY_KEY:
+        if key == processed.encoder_key:
             nodes.append(Field(_PIXEL_VALUES, tensor))
         else:  # a map entry: key = 1, value = 2
             entry = [Field(_MAP_KEY, [key.encode()]), Field(_MAP_VALUE, tensor)]
@@ -229,4 +229,6 @@ def _message(
     )
     if processed.embed_token_id is not None:
         mm.im_token_id = processed.embed_token_id
+    if processed.encoder_key != PRIMARY_KEY:
+        mm.encoder_input_key = processed.encoder_key
     return mm

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,9 @@ class ModelFiles:
     templates: ChatTemplates
     preprocessor: Mapping[str, Any]  # the image processor's settings
     video_preprocessor: Mapping[str, Any]  # the video processor's, for models that take video
+    # The audio feature extractor's, for models that take audio (Qwen2-Audio's
+    # WhisperFeatureExtractor): preprocessor_config.json, or processor_config.json's entry.
+    audio_preprocessor: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> ModelFiles:
@@ -84,6 +87,9 @@ class ModelFiles:
             preprocessor=_processor_config(path, "preprocessor_config.json", "image_processor"),
             video_preprocessor=_processor_config(
                 path, "video_preprocessor_config.json", "video_processor"
+            ),
+            audio_preprocessor=_processor_config(
+                path, "preprocessor_config.json", "feature_extractor"
             ),
         )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -65,6 +65,9 @@ class ModelConfigs(Protocol):
     def video_preprocessor(self) -> Mapping[str, Any]: ...  # the video processor's config
 
     @property
+    def audio_preprocessor(self) -> Mapping[str, Any]: ...  # the feature extractor's config
+
+    @property
     def vocab(self) -> Mapping[str, int]: ...  # token text -> id, added tokens included
 
     @property
@@ -89,12 +92,15 @@ def matches_model(
 class ProcessedItems:
     """Model-ready tensors for a request's items of one modality, in the engine's layout."""
 
-    tensors: dict[str, np.ndarray]  # wire name -> array; the encoder input under "pixel_values"
+    tensors: dict[str, np.ndarray]  # wire name -> array; the encoder input under encoder_key
     batched_keys: tuple[str, ...] = ()
     flat_keys: dict[str, str] = field(default_factory=dict)  # tensor -> its per-item sizes tensor
     keep_on_cpu_keys: tuple[str, ...] = ()
     replacements: list[list[int]] = field(default_factory=list)  # per item: its anchor's ids
     embed_token_id: int | None = None  # set when replacements hold non-embedding tokens
+    # The model's name for the encoder input (sent in the wire's `pixel_values` field, named by
+    # its `encoder_input_key`): audio models take e.g. `input_features`.
+    encoder_key: str = "pixel_values"
 
 
 class ItemProcessor(ABC):
@@ -102,8 +108,9 @@ class ItemProcessor(ABC):
     title: ClassVar[str]  # e.g. "Qwen-VL": in messages to clients
     modality: ClassVar[Modality] = "image"
     # What vLLM's model class (get_placeholder_str) puts in a "string"-format chat prompt per
-    # item; the tokens the chat template itself writes may differ.
-    placeholder_text: ClassVar[str]
+    # item; the tokens the chat template itself writes may differ. A function of the item's
+    # number among its modality's (from 1) where vLLM numbers them (audio: "Audio N: ...").
+    placeholder_text: ClassVar[str | Callable[[int], str]]
     # The mm_processor_kwargs a request may set, as a frozen dataclass (none by default).
     options: ClassVar[type] = NoOptions
 

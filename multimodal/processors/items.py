@@ -43,6 +43,7 @@ class ItemShare:
     flat_keys: dict[str, str] = field(default_factory=dict)
     keep_on_cpu_keys: tuple[str, ...] = ()
     embed_token_id: int | None = None
+    encoder_key: str = "pixel_values"
 
     @property
     def nbytes(self) -> int:
@@ -69,6 +70,7 @@ def split_items(processed: ProcessedItems, copy: bool = True) -> list[ItemShare]
                 dict(processed.flat_keys),
                 processed.keep_on_cpu_keys,
                 processed.embed_token_id,
+                processed.encoder_key,
             )
         )
     return shares
@@ -101,6 +103,7 @@ def join_items(shares: Sequence[ItemShare]) -> ProcessedItems:
         keep_on_cpu_keys=first.keep_on_cpu_keys,
         replacements=[list(s.replacement) for s in shares],
         embed_token_id=first.embed_token_id,
+        encoder_key=first.encoder_key,
     )
 
 
@@ -116,6 +119,7 @@ def subset_items(processed: ProcessedItems, indices: Sequence[int]) -> Processed
             keep_on_cpu_keys=processed.keep_on_cpu_keys,
             replacements=[],
             embed_token_id=processed.embed_token_id,
+            encoder_key=processed.encoder_key,
         )
     kinds = _kinds(processed)
     shares = [
@@ -127,6 +131,7 @@ def subset_items(processed: ProcessedItems, indices: Sequence[int]) -> Processed
             dict(processed.flat_keys),
             processed.keep_on_cpu_keys,
             processed.embed_token_id,
+            processed.encoder_key,
         )
         for i in indices
     ]

@@ -3,7 +3,9 @@ clip and `mmgate engine --mm-processor inprocess` (or SMG's own servicer in that
 vLLM's own processor on it. On the tiny Qwen2-Audio, for `input_audio` and `audio_url` parts,
 16 kHz mono and 44.1 kHz stereo, WAV/FLAC/MP3/Ogg, one and two clips per prompt, the answers
 equal vLLM's own OpenAI server's: prompt token count, greedy text and each token's logprobs.
-Bad audio answers a 400 naming the clip, and the gateway keeps serving."""
+The gateway on auto has Qwen2-Audio's processor, so it preprocesses the same clips itself
+(mm_inputs to the same worker) and must answer the same. Bad audio answers a 400 naming the
+clip, and the gateway keeps serving."""
 
 from __future__ import annotations
 
@@ -128,8 +130,8 @@ def engines(model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def gateways(model, engines, tmp_path_factory):
     """In front of our worker: one told to leave media to the worker (and to fetch from this
-    host's test server), one on auto (no audio processor here) with a short length limit; and
-    one in front of SMG's servicer."""
+    host's test server), one on auto (which preprocesses Qwen2-Audio's clips itself) with a
+    short length limit; and one in front of SMG's servicer."""
     logs = tmp_path_factory.mktemp("audio-gateways")
     ours, upstream = [engines["ours"].address], [engines["upstream"].address]
     private = ("--allow-private-media-networks", "127.0.0.0/8")
@@ -138,7 +140,9 @@ def gateways(model, engines, tmp_path_factory):
     started = {
         "worker": GatewayProcess(model, ours, logs / "worker.log", *worker_mode),
         "auto": GatewayProcess(model, ours, logs / "auto.log", *limit),
-        "upstream": GatewayProcess(model, upstream, logs / "upstream.log", *private),
+        # worker mode said outright: on auto the gateway would preprocess Qwen2-Audio's clips
+        # itself, and SMG's servicer takes no audio mm_inputs
+        "upstream": GatewayProcess(model, upstream, logs / "upstream.log", *worker_mode),
     }
     try:
         yield {name: gateway.wait_ready() for name, gateway in started.items()}
@@ -154,14 +158,12 @@ def reference(engines) -> dict[str, dict]:
     return {name: answer(base, REFERENCE_NAME, parts) for name, parts in CASES.items()}
 
 
-def test_the_model_has_no_audio_processor_in_the_gateway(model, gateways):
+def test_the_auto_gateway_preprocesses_the_model_s_audio_itself(model, gateways):
     from gateway.render.model_files import ModelFiles
     from multimodal.registry import processors_for
 
-    assert "audio" not in processors_for(ModelFiles.load(model)).by_modality
-    log = gateways["auto"].log_path.read_text()
-    assert "audio processor here for model_type 'qwen2_audio'" in log
-    assert "(1 of 1 workers take media" in log
+    assert "audio" in processors_for(ModelFiles.load(model)).by_modality
+    assert "no audio processor here" not in gateways["auto"].log_path.read_text()
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from multimodal.audio_decode import DecodedAudio
 from multimodal.errors import MmgateError
 from multimodal.processors.items import join_items, split_items
 from multimodal.registry import FAMILIES
@@ -26,6 +27,8 @@ def _builders():
         llava_models,
         llava_onevision_models,
         pixtral_models,
+        qwen2_audio_models,
+        qwen25_omni_models,
         qwen35_models,
     )
 
@@ -47,6 +50,8 @@ def _builders():
         "internvl": lambda d, _: internvl_models.build_model(d, weights=False),
         "glm4v": lambda d, _: glm4v_models.build_model(d, "glm4v", weights=False),
         "kimi_k25": lambda d, _: kimi_k25_models.build_model(d, weights=False),
+        "qwen2_audio": lambda d, _: qwen2_audio_models.build_model(d),
+        "qwen25_omni": lambda d, _: qwen25_omni_models.build_model(d),
     }
 
 
@@ -56,7 +61,7 @@ def processors(tmp_path_factory, vision_model):
     found = {}
     for name, build in _builders().items():
         path = build(tmp_path_factory.mktemp(name) / "model", vision_model)
-        for modality in ("image", "video"):
+        for modality in ("image", "video", "audio"):
             try:
                 processor = load_processor(path, modality)
             except Exception:  # the model has no processor of this modality
@@ -78,7 +83,14 @@ def _clip(seed: int, frames: int, height: int = 56, width: int = 84) -> DecodedC
     return DecodedClip(pixels, list(range(frames)), frames, 2.0)
 
 
+def _audio(seed: int, seconds: float, rate: int, channels: int) -> DecodedAudio:
+    samples = np.random.default_rng(seed).uniform(-0.5, 0.5, (channels, round(seconds * rate)))
+    return DecodedAudio(samples.astype(np.float32), rate, "soundfile")
+
+
 def _items(processor, frame_counts=(4, 6)) -> list:
+    if processor.modality == "audio":  # lengths that give different frame counts and tokens
+        return [_audio(1, 1.5, 16000, 1), _audio(2, 0.3, 24000, 2), _audio(3, 31, 16000, 1)]
     if type(processor).__name__ == "Glm4vVideoProcessor":  # takes one video per prompt
         return [_clip(0, frame_counts[0])]
     if processor.modality == "video":
@@ -98,6 +110,7 @@ def assert_same(have, want) -> None:
     assert have.keep_on_cpu_keys == want.keep_on_cpu_keys
     assert have.replacements == want.replacements
     assert have.embed_token_id == want.embed_token_id
+    assert have.encoder_key == want.encoder_key
 
 
 def _cases(processors):
