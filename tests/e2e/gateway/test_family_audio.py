@@ -3,8 +3,10 @@
 `mmgate engine` as mm_inputs) answer as vLLM's own OpenAI server on the same tiny random-weight
 model: the same prompt tokens (/tokenize: the ids themselves), greedy text and each token's
 logprob within 1e-4, for a clip alone, with text, two per prompt (one cut at 30 s by
-Qwen2-Audio and not by Omni), over two turns and (Omni) beside an image. One family's servers
-run at a time."""
+Qwen2-Audio and not by Omni), over two turns and (Omni) beside an image. The same chats through
+the worker fallback (`--mm-processing worker`: the clips checked here and forwarded as
+media_refs, vLLM's processor run in the worker) by a second gateway in front of the same
+`mmgate engine --mm-processor inprocess`. One family's servers run at a time."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from tests.support import qwen2_audio_models, qwen25_omni_models
 from tests.support.audio_e2e import answer, assert_same_answer, clip, input_audio
 from tests.support.e2e_cases import IMAGE, png_bytes
 from tests.support.family_e2e import REFERENCE_NAME, serve_both
+from tests.support.gateway_process import GatewayProcess
 
 # vLLM profiles with `limit` clips of 30 s (750 tokens each): two need a context above 1500.
 FAMILIES: dict[str, tuple[Callable[[Path], Path], dict]] = {
@@ -69,8 +72,25 @@ def pair(request, tmp_path_factory):
     build, engine = FAMILIES[request.param]
     root = tmp_path_factory.mktemp(request.param)
     model = build(root / "model")
-    with serve_both(model, root, "--mm-processing", "gateway", **engine) as pair:
+    inprocess = {"mm_processor": "inprocess"}
+    with serve_both(
+        model, root, "--mm-processing", "gateway", worker_extra=inprocess, **engine
+    ) as pair:
         yield request.param, pair
+
+
+@pytest.fixture(scope="module")
+def fallback(pair, tmp_path_factory):
+    """A gateway leaving the clips to the same worker's in-process vLLM processor."""
+    family, both = pair
+    logs = tmp_path_factory.mktemp(f"{family}-fallback")
+    gateway = GatewayProcess(
+        both.model, [both.worker.address], logs / "gateway.log", "--mm-processing", "worker"
+    )
+    try:
+        yield gateway.wait_ready()
+    finally:
+        gateway.stop()
 
 
 def cases_for(family: str) -> dict[str, list[dict]]:
@@ -86,6 +106,17 @@ def test_chats_equal_vllm_s_server(pair):
             assert_same_answer(got, want)
         except AssertionError as error:
             raise AssertionError(f"{family} {name}: {error}") from error
+
+
+def test_worker_fallback_equals_vllm_s_server(pair, fallback):
+    family, both = pair
+    for name, messages in cases_for(family).items():
+        want = answer(both.vllm.base_url, REFERENCE_NAME, messages)
+        got = answer(fallback.base_url, str(both.model), messages)
+        try:
+            assert_same_answer(got, want)
+        except AssertionError as error:
+            raise AssertionError(f"{family} {name} (worker fallback): {error}") from error
 
 
 def test_prompt_ids_equal_vllm_s_server(pair):

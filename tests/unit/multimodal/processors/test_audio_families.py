@@ -166,10 +166,18 @@ def test_two_clips(model, clips):
     assert_same(model, [clips["31s-44.1k"], clips["0.2s-16k"]])
 
 
-def test_omni_image_and_clip(model, clips, image_uri):
-    if "omni" not in str(model):
-        pytest.skip("Qwen2-Audio takes no images")
-    assert_same(model, [clips["5s-24k-stereo"]], [image_uri])
+def test_image_beside_a_clip(model, clips, image_uri):
+    """Omni takes an image beside a clip, as vLLM does; Qwen2-Audio takes none, in the
+    gateway's registry as in vLLM's processor."""
+    if "omni" in str(model):
+        assert_same(model, [clips["5s-24k-stereo"]], [image_uri])
+        return
+    from gateway.render.model_files import ModelFiles
+    from multimodal.registry import processors_for
+    from tests.support.vllm_video import _setup
+
+    assert set(processors_for(ModelFiles.load(model)).by_modality) == {"audio"}
+    assert "image" not in _setup(model, _CONFIG)[0].info.get_supported_mm_limits()
 
 
 def test_token_counts(model, clips):
