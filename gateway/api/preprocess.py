@@ -72,7 +72,7 @@ class PreprocessService:
             if self.prompts.by_worker(rendered):
                 processed_by, prompt = "worker", await self.prompts.refer(request, rendered)
                 policy = self.prompts.media_policy
-                facts = await asyncio.to_thread(_referred_all, prompt.media_refs.items, policy)
+                facts = await asyncio.to_thread(referred_facts, prompt.media_refs.items, policy)
             else:
                 processed_by = "gateway"
                 prompt = await self.prompts.expand(
@@ -157,7 +157,7 @@ def _item_facts(
     if isinstance(item, LoadedVideo):
         return _video_facts(item, common)
     if isinstance(item, LoadedAudio):
-        return AudioFacts(**common, mime=item.mime, **_audio_facts(item))
+        return AudioFacts(**common, mime=item.mime, **audio_facts(item))
     assert isinstance(item, LoadedImage)
     height, width = item.pixels.shape[:2]
     return ImageFacts(**common, mime=item.mime, width=int(width), height=int(height))
@@ -185,7 +185,7 @@ def _tensor(share: np.ndarray, wire_float: str | None) -> TensorFacts:
     return TensorFacts(shape=list(share.shape), dtype=dtype)
 
 
-def _referred_all(refs: Any, policy: MediaPolicy) -> dict[str, list]:
+def referred_facts(refs: Any, policy: MediaPolicy) -> dict[str, list]:
     """Blocking (an audio clip is decoded): the facts of media a worker preprocesses."""
     facts = _no_facts()
     for ref in refs:
@@ -209,7 +209,7 @@ def _referred(
     if modality == "audio":
         loaded = load_audio(ref.url, None, policy)
         return AudioFacts(
-            index=index, bytes=len(loaded.data), mime=loaded.mime, **_audio_facts(loaded)
+            index=index, bytes=len(loaded.data), mime=loaded.mime, **audio_facts(loaded)
         )
     # (a video/jpeg frame list holds its frames' base64 apart by commas)
     size = sum(len(pybase64.b64decode(part)) for part in payload.split(","))
@@ -217,7 +217,7 @@ def _referred(
     return kind(index=index, bytes=size, mime=mime)
 
 
-def _audio_facts(item: LoadedAudio) -> dict[str, Any]:
+def audio_facts(item: LoadedAudio) -> dict[str, Any]:
     """A decoded clip's container, rate, channels (its header's: a packed integer decode by
     FFmpeg comes as one interleaved row, `multimodal.audio_decode`) and length in samples."""
     decoded, channels = item.audio, probe_audio(item.data).channels
