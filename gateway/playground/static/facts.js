@@ -67,7 +67,8 @@ export function factRows(reply, index, kind = "image") {
     return rows;
   }
   const family = reply[FAMILIES[kind]];
-  const title = kind === "image" ? reply.family_title : null;
+  // (family_title names the image processor; a video processor of its family shares it)
+  const title = kind === "audio" ? null : reply.family_title;
   const rows = [["processor", title ? `${title} (${family})` : `${family}`]];
   if (kind === "audio") rows.push(...audioRows(item));
   else rows.push(["decoded", `${item.width}×${item.height}`]);
