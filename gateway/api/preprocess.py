@@ -1,18 +1,23 @@
-"""POST /v1/preprocess: what the gateway makes of each image and video of a chat request,
-without generating anything.
+"""POST /v1/preprocess: what the gateway makes of each image, video and audio clip of a chat
+request, without generating anything.
 
 It takes what /v1/chat/completions takes to build a prompt (`messages`, `mm_processor_kwargs`,
 `chat_template_kwargs`, ...) and runs the same path (render, fetch, decode, preprocess, expand)
 for the pixel encoding the workers take; per image it answers with the processor family, the
 decoded size, the grid or tile counts, the placeholder tokens it takes in the prompt and the
 tensors sent for it, and per video the same plus the frames its loader picked and their times
-(`mmgate preprocess` shows the same from the command line). It answers as
+(`mmgate preprocess` shows the same from the command line); per audio clip its container,
+sample rate, channels and length as decoded, whoever preprocesses it (the gateway decodes every
+clip to check it), and the same tensor facts when the gateway preprocesses it. It names the
+media the model takes (`modalities`), which the playground offers to attach. It answers as
 chat would refuse: a bad image is the same 400 naming the image. The playground calls it for
 every image attached. Under /v1, so `--api-key` guards it as it guards chat.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -20,6 +25,7 @@ import pybase64
 
 from gateway.api.chat import check_items
 from gateway.api.protocol import (
+    AudioFacts,
     ImageFacts,
     PlaceholderFacts,
     PreprocessRequest,
@@ -30,9 +36,11 @@ from gateway.api.protocol import (
 from gateway.errors import GatewayError, check_model, parse_body
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.workers.worker import WorkerFacts
+from multimodal.audio import LoadedAudio, load_audio, probe_audio
 from multimodal.item_facts import item_grid, item_tensors, placeholder_counts
-from multimodal.media import LoadedImage
+from multimodal.media import LoadedImage, MediaPolicy
 from multimodal.pipeline import LoadedItem, PreparedItems
+from multimodal.placeholders import known_modalities
 from multimodal.video import LoadedVideo
 from protos import common_pb2
 from protos import vllm_engine_pb2 as pb
@@ -42,20 +50,29 @@ class PreprocessService:
     def __init__(self, model_name: str, prompts: PromptBuilder, facts: WorkerFacts) -> None:
         """`facts`: the model's worker facts (the pixel encoding the workers take)."""
         self.model_name, self.prompts, self.facts = model_name, prompts, facts
-        self.processor = prompts.processors.by_modality.get("image")
-        self.video_processor = prompts.processors.by_modality.get("video")
+        by_modality = prompts.processors.by_modality
+        self.processor = by_modality.get("image")
+        self.video_processor = by_modality.get("video")
+        self.audio_processor = by_modality.get("audio")
+        architectures = prompts.renderer.files.config.get("architectures") or ()
+        self.modalities = (
+            offered_modalities(prompts.renderer.placeholders, by_modality, architectures)
+            if facts.supports_vision
+            else []
+        )
 
     async def preprocess(self, body: Any) -> dict:
         request = parse_body(PreprocessRequest, body)
         check_model(request.model, self.model_name)
         rendered = self.prompts.render(request)
         processed_by: Literal["gateway", "worker"] | None = None
-        facts: dict[str, list] = {"image": [], "video": []}
+        facts: dict[str, list] = _no_facts()
         ids = rendered.token_ids
         if rendered.media:
             if self.prompts.by_worker(rendered):
                 processed_by, prompt = "worker", await self.prompts.refer(request, rendered)
-                facts = _referred_all(prompt.media_refs.items)
+                policy = self.prompts.media_policy
+                facts = await asyncio.to_thread(referred_facts, prompt.media_refs.items, policy)
             else:
                 processed_by = "gateway"
                 prompt = await self.prompts.expand(
@@ -67,6 +84,7 @@ class PreprocessService:
         here = processed_by != "worker"
         processor = self.processor if here else None
         video_processor = self.video_processor if here else None
+        audio_processor = self.audio_processor if here else None
         return PreprocessResponse(
             model=self.model_name,
             processed_by=processed_by,
@@ -77,7 +95,28 @@ class PreprocessService:
             images=facts["image"],
             videos=facts["video"],
             video_family=video_processor.family if video_processor else None,
+            audio=facts["audio"],
+            audio_family=audio_processor.family if audio_processor else None,
+            modalities=self.modalities,
         ).model_dump()
+
+
+MODALITIES: tuple[str, ...] = ("image", "video", "audio")
+
+
+def offered_modalities(
+    placeholders: Mapping[str, Any], processed_here: Mapping[str, Any], architectures: Sequence[str]
+) -> list[str]:
+    """The media a model takes through the gateway: those the renderer has a placeholder for,
+    preprocessed here or else of a kind vLLM's model class writes placeholder text for (the
+    fallback renders an image part for any architecture, which a Qwen2-Audio does not take);
+    images for an architecture vLLM's table does not know."""
+    known = known_modalities(architectures) or {"image"}
+    return [m for m in MODALITIES if m in placeholders and (m in processed_here or m in known)]
+
+
+def _no_facts() -> dict[str, list]:
+    return {modality: [] for modality in MODALITIES}
 
 
 def _preprocessed(prompt: Prompt) -> dict[str, list]:
@@ -85,7 +124,7 @@ def _preprocessed(prompt: Prompt) -> dict[str, list]:
     another."""
     if prompt.prepared is None:  # a prompt with media always has them; for the type checker
         raise GatewayError("the media were not preprocessed", 500)
-    facts: dict[str, list] = {"image": [], "video": []}
+    facts = _no_facts()
     start = 0
     for part in prompt.prepared.parts:
         items = prompt.items[start : start + len(part.ranges)]
@@ -98,7 +137,9 @@ def _preprocessed(prompt: Prompt) -> dict[str, list]:
 
 def _item_facts(
     prompt: Prompt, part: PreparedItems, index: int, item: LoadedItem
-) -> ImageFacts | VideoFacts:
+) -> ImageFacts | VideoFacts | AudioFacts:
+    """The item's facts from whatever tensors its processor made (an image's pixel_values, an
+    audio clip's input_features, ...), and what its kind adds."""
     shares = item_tensors(part.processed, index)
     placeholder = part.ranges[index]
     tokens, embeddings = placeholder_counts(prompt.ids, placeholder, part.processed.embed_token_id)
@@ -115,6 +156,8 @@ def _item_facts(
     }
     if isinstance(item, LoadedVideo):
         return _video_facts(item, common)
+    if isinstance(item, LoadedAudio):
+        return AudioFacts(**common, mime=item.mime, **audio_facts(item))
     assert isinstance(item, LoadedImage)
     height, width = item.pixels.shape[:2]
     return ImageFacts(**common, mime=item.mime, width=int(width), height=int(height))
@@ -142,20 +185,45 @@ def _tensor(share: np.ndarray, wire_float: str | None) -> TensorFacts:
     return TensorFacts(shape=list(share.shape), dtype=dtype)
 
 
-def _referred_all(refs: Any) -> dict[str, list]:
-    facts: dict[str, list] = {"image": [], "video": []}
+def referred_facts(refs: Any, policy: MediaPolicy) -> dict[str, list]:
+    """Blocking (an audio clip is decoded): the facts of media a worker preprocesses."""
+    facts = _no_facts()
     for ref in refs:
-        modality = "video" if ref.modality == common_pb2.VIDEO else "image"
-        facts[modality].append(_referred(len(facts[modality]), ref, modality))
+        modality = _REF_MODALITIES.get(ref.modality, "image")
+        facts[modality].append(_referred(len(facts[modality]), ref, modality, policy))
     return facts
 
 
-def _referred(index: int, ref: pb.MediaRef, modality: str) -> ImageFacts:
-    """An image a worker preprocesses: the gateway has checked its bytes, which travel as a
-    data: URL; what the worker makes of them is the worker's to know."""
+_REF_MODALITIES = {common_pb2.VIDEO: "video", common_pb2.AUDIO: "audio"}
+
+
+def _referred(
+    index: int, ref: pb.MediaRef, modality: str, policy: MediaPolicy
+) -> ImageFacts | AudioFacts:
+    """An item a worker preprocesses: the gateway has checked its bytes, which travel as a
+    data: URL; what the worker makes of them is the worker's to know. An audio clip's own
+    facts are the gateway's too: it decoded the clip to check it (and does again here, from
+    the very bytes the worker gets, under the same policy)."""
     head, _, payload = ref.url.partition(",")
     mime = head.removeprefix("data:").removesuffix(";base64") or None
+    if modality == "audio":
+        loaded = load_audio(ref.url, None, policy)
+        return AudioFacts(
+            index=index, bytes=len(loaded.data), mime=loaded.mime, **audio_facts(loaded)
+        )
     # (a video/jpeg frame list holds its frames' base64 apart by commas)
     size = sum(len(pybase64.b64decode(part)) for part in payload.split(","))
     kind = VideoFacts if modality == "video" else ImageFacts
     return kind(index=index, bytes=size, mime=mime)
+
+
+def audio_facts(item: LoadedAudio) -> dict[str, Any]:
+    """A decoded clip's container, rate, channels (its header's: a packed integer decode by
+    FFmpeg comes as one interleaved row, `multimodal.audio_decode`) and length in samples."""
+    decoded, channels = item.audio, probe_audio(item.data).channels
+    return {
+        "format": item.mime.removeprefix("audio/"),
+        "sample_rate": decoded.sample_rate,
+        "channels": channels,
+        "seconds": round(decoded.samples.size / channels / decoded.sample_rate, 3),
+    }

@@ -370,21 +370,26 @@ class PlaceholderFacts(BaseModel):
     length: int
 
 
-class ImageFacts(BaseModel):
-    index: int  # the image's position in the request, as errors name it ("image 1: ...")
+class ItemFacts(BaseModel):
+    """What every media item's facts hold, whatever its modality."""
+
+    index: int  # the item's position among its modality's in the request ("image 1: ...")
     bytes: int  # encoded size
     mime: str | None  # sniffed from the bytes
     # The rest is known when the gateway preprocesses (null when a worker does):
-    width: int | None = None  # decoded, EXIF orientation applied
-    height: int | None = None
     placeholder: PlaceholderFacts | None = None
-    tokens: int | None = None  # prompt tokens the image takes
-    embeddings: int | None = None  # of those, the ones the vision encoder fills
+    tokens: int | None = None  # prompt tokens the item takes
+    embeddings: int | None = None  # of those, the ones the encoder fills
     # The item's small integer layout tensors: grid (Qwen-VL's image_grid_thw [t, h, w] in
     # patches), tile counts (num_patches, image_num_patches, patches_per_image), ...
     grid: dict[str, Any] = {}
     tensors: dict[str, TensorFacts] = {}
     hash: str | None = None  # the engine's cache key for the item
+
+
+class ImageFacts(ItemFacts):
+    width: int | None = None  # decoded, EXIF orientation applied (null when a worker decodes)
+    height: int | None = None
 
 
 class VideoFacts(ImageFacts):
@@ -397,11 +402,21 @@ class VideoFacts(ImageFacts):
     seconds: list[float] | None = None  # their times in the clip (frame / fps)
 
 
+class AudioFacts(ItemFacts):
+    """An audio clip's facts, known whoever preprocesses it: the gateway checks and decodes
+    every clip (at its own rate, as vLLM's loader decodes it) before a worker gets it."""
+
+    format: str | None = None  # the container sniffed from the bytes: wav, flac, mpeg, ogg
+    sample_rate: int | None = None  # as decoded, before any resampling for the model
+    channels: int | None = None
+    seconds: float | None = None  # decoded samples / sample rate
+
+
 class PreprocessResponse(BaseModel):
     object: Literal["preprocess"] = "preprocess"
     model: str
-    # Who preprocesses the request's images: this gateway, or the workers (a model without a
-    # processor here, or --mm-processing worker); null without images.
+    # Who preprocesses the request's media: this gateway, or the workers (a model without a
+    # processor here, or --mm-processing worker); null without media.
     processed_by: Literal["gateway", "worker"] | None
     family: str | None  # the gateway's processor for the model's images, e.g. "qwen_vl"
     family_title: str | None  # e.g. "Qwen-VL"
@@ -412,3 +427,8 @@ class PreprocessResponse(BaseModel):
     images: list[ImageFacts]
     videos: list[VideoFacts] = []
     video_family: str | None = None  # the gateway's processor for the model's videos
+    audio: list[AudioFacts] = []
+    audio_family: str | None = None  # the gateway's processor for the model's audio
+    # The media the model takes through this gateway ("image", "video", "audio"), processed
+    # here or by the workers: what a client (the playground) may offer to attach.
+    modalities: list[str] = []

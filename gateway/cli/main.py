@@ -12,7 +12,7 @@ commands:
   serve    the OpenAI-compatible gateway in front of engine workers
   engine   serve a model as a VllmEngine gRPC worker (vLLM behind it; any vLLM engine arg)
   demo     a tiny local vision model behind a worker and the gateway; one image chat request
-  preprocess  run the gateway's image preprocessing on one request and show the tensors
+  preprocess  run the gateway's media preprocessing on one request and show the tensors
 
 Run `mmgate <command> --help` for the options of each.
 """

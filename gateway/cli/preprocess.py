@@ -1,5 +1,5 @@
-"""`mmgate preprocess`: run the gateway's image and video preprocessing on one request and show
-the result."""
+"""`mmgate preprocess`: run the gateway's image, video and audio preprocessing on one request and
+show the result."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from gateway.api.preprocess import audio_facts, referred_facts
 from gateway.api.protocol import ChatPromptFields
 from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.render.renderer import ChatRenderer
 from gateway.render.templates import read_chat_template_arg
+from gateway.render.worker_media import fallback_placeholders
+from multimodal.audio import LoadedAudio
 from multimodal.errors import MmgateError
-from multimodal.media import MediaPolicy
+from multimodal.media import LoadedImage, MediaPolicy
 from multimodal.pipeline import PixelEncoding, PreparedItems
 from multimodal.registry import ModelProcessors, processors_for
 from multimodal.video import LoadedVideo
@@ -28,13 +31,17 @@ from multimodal.video_decode import DecodedClip
 
 DESCRIPTION = """\
 Preprocess one chat turn exactly as the gateway does, with the gateway's own code: the images,
-then the videos (path, file://, http(s) or data URI), then --text as one user message, rendered
+then the videos, then the audio clips (path, file://, http(s) or data URI), then --text as one
+user message, rendered
 with the model's chat template, tokenized, the images decoded and the videos' frames picked and
 decoded as vLLM's loader for the model does, resized/normalized by the model's processors, their
 placeholders expanded. Prints tensor names, shapes and dtypes, the expanded token ids,
 placeholder ranges, hashes, field layouts and each video's picked frames (--json for all of it
 as JSON), optionally saves the tensors (--out FILE.npz) and compares with transformers'
-processor (--compare-hf).
+processor (--compare-hf). Media the gateway has no processor for with this model (audio on
+Qwen2-Audio, say) go to the engine workers as `mmgate serve` sends them: checked, each clip
+decoded once, the placeholders left for the worker to expand; shown with what the gateway knows
+of them (an audio clip's container, sample rate, channels and length).
 """
 
 
@@ -43,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, type=Path, help="model directory")
     p.add_argument("--image", action="append", default=[], help="path or URL; repeatable")
     p.add_argument("--video", action="append", default=[], help="path or URL; repeatable")
+    p.add_argument(
+        "--audio", action="append", default=[], help="path or URL (WAV, FLAC, MP3, Ogg); repeatable"
+    )
     p.add_argument("--text", default="Describe this.", help="user text after the media")
     p.add_argument(
         "--pixels",
@@ -68,7 +78,7 @@ def _source(value: str) -> str:
 
 def _policy(args: argparse.Namespace) -> MediaPolicy:
     # Local paths given on the command line are the operator's own: allow their folder.
-    paths = [*args.image, *args.video]
+    paths = [*args.image, *args.video, *args.audio]
     local = [str(Path(i).resolve().parent) for i in paths if _source(i).startswith("file:")]
     return MediaPolicy(
         allowed_domains=tuple(args.allowed_media_domains) if args.allowed_media_domains else None,
@@ -80,7 +90,8 @@ def _policy(args: argparse.Namespace) -> MediaPolicy:
 def _request(args: argparse.Namespace) -> ChatPromptFields:
     images = [{"type": "image_url", "image_url": {"url": _source(i)}} for i in args.image]
     videos = [{"type": "video_url", "video_url": {"url": _source(v)}} for v in args.video]
-    content = [*images, *videos, {"type": "text", "text": args.text}]
+    clips = [{"type": "audio_url", "audio_url": {"url": _source(a)}} for a in args.audio]
+    content = [*images, *videos, *clips, {"type": "text", "text": args.text}]
     return ChatPromptFields(
         messages=[{"role": "user", "content": content}],
         mm_processor_kwargs=args.mm_processor_kwargs,
@@ -91,14 +102,21 @@ def _builder(args: argparse.Namespace) -> PromptBuilder:
     files = ModelFiles.load(args.model)
     processors = processors_for(files)
     template = read_chat_template_arg(args.chat_template) if args.chat_template else None
-    renderer = ChatRenderer(files, processors.placeholders, chat_template=template)
+    # As `mmgate serve` renders media it has no processor for: as vLLM does, for the worker.
+    architectures = files.config.get("architectures") or ()
+    placeholders = {**fallback_placeholders(architectures), **processors.placeholders}
+    renderer = ChatRenderer(files, placeholders, chat_template=template)
     return PromptBuilder(renderer, processors, _policy(args))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     builder = _builder(args)
+    request = _request(args)
+    rendered = builder.render(request)
+    if builder.by_worker(rendered):
+        return _referred_report(asyncio.run(builder.refer(request, rendered)), builder, args)
     encoding = PixelEncoding(raw=args.pixels == "uint8", float_dtype=args.pixels)
-    prompt = asyncio.run(builder.build(_request(args), encoding, keep_items=True))
+    prompt = asyncio.run(builder.expand(request, encoding, rendered, keep_items=True))
     report = summary(prompt, builder.processors)
     if args.out:
         tensors = {
@@ -116,13 +134,56 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def summary(prompt: Prompt, processors: ModelProcessors) -> dict[str, Any]:
     """The request's prompt ids and, per modality, what its processor made ("parts"); the
-    first part's facts also at the top level, and each video's picked frames."""
+    first part's facts also at the top level, each video's picked frames and each audio clip's
+    facts."""
     messages = prompt.prepared.mm_inputs
     parts = [
         _part(part, mm, processors.get(part.modality).family)
         for part, mm in zip(prompt.prepared.parts, messages)
     ]
-    return {**parts[0], "prompt_ids": prompt.ids, "parts": parts, "videos": _videos(prompt)}
+    audio = [
+        _clip(item.data, audio_facts(item))
+        for item in prompt.items
+        if isinstance(item, LoadedAudio)
+    ]
+    return {
+        **parts[0],
+        "processed_by": "gateway",
+        "prompt_ids": prompt.ids,
+        "parts": parts,
+        "videos": _videos(prompt),
+        "audio": audio,
+    }
+
+
+def _referred_report(prompt: Prompt, builder: PromptBuilder, args: argparse.Namespace) -> dict:
+    """What the gateway sends a worker that preprocesses: the prompt with one unexpanded
+    placeholder per item, and what it knows of each item (their bytes, and an audio clip's
+    facts as decoded)."""
+    facts = referred_facts(prompt.media_refs.items, builder.media_policy)
+    missing = sorted({m for m in facts if facts[m] and m not in builder.processors.by_modality})
+    if args.out:
+        np.savez(args.out, prompt_ids=np.asarray(prompt.ids))
+    return {
+        "processed_by": "worker",
+        "why": f"no {' or '.join(missing)} processor in the gateway for this model"
+        if missing
+        else "the model's media go to the worker together",
+        "prompt_ids": prompt.ids,
+        "parts": [],
+        "videos": [],
+        "images": [f.model_dump(include={"bytes", "mime"}) for f in facts["image"]],
+        "referred_videos": [f.model_dump(include={"bytes", "mime"}) for f in facts["video"]],
+        "audio": [_clip(None, f.model_dump()) for f in facts["audio"]],
+    }
+
+
+def _clip(data: bytes | None, facts: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("format", "sample_rate", "channels", "seconds", "bytes")
+    clip = {k: facts[k] for k in keys if k in facts}
+    if data is not None:
+        clip["bytes"] = len(data)
+    return clip
 
 
 def _part(part: PreparedItems, mm: Any, family: str) -> dict[str, Any]:
@@ -173,7 +234,7 @@ def compare_hf(
     hf = AutoProcessor.from_pretrained(args.model)
     extra = {"do_rescale": False, "do_normalize": False} if args.pixels == "uint8" else {}
     media: dict[str, Any] = {}
-    if images := [i.image for i in prompt.items if not isinstance(i, LoadedVideo)]:
+    if images := [i.image for i in prompt.items if isinstance(i, LoadedImage)]:
         media["images"] = images
     if clips := [i.clip for i in prompt.items if isinstance(i, LoadedVideo)]:
         # the frames as decoded, with the loader's metadata (timestamps come from it):
@@ -243,9 +304,21 @@ def _compare(part: PreparedItems, out: Any, names: Mapping[str, str], into: dict
 
 def print_human(report: dict[str, Any]) -> None:
     print(f"prompt ids:    {len(report['prompt_ids'])} tokens")
+    if report["processed_by"] == "worker":
+        print(f"media:         preprocessed by the engine worker ({report['why']});")
+        print("               the prompt holds one placeholder per item, for the worker to expand")
+        for i, image in enumerate(report["images"]):
+            print(f"  {f'image {i}':13}{image['mime']}  {image['bytes']} bytes")
+        for i, video in enumerate(report["referred_videos"]):
+            print(f"  {f'video {i}':13}{video['mime']}  {video['bytes']} bytes")
     videos = iter(report["videos"])
     for part in report["parts"]:
         _print_part(part, videos)
+    for i, a in enumerate(report["audio"]):
+        print(
+            f"  {f'audio {i}':13}{a['format']}  {a['sample_rate']} Hz  {a['channels']} channel(s)"
+            f"  {a['seconds']:g} s  {a['bytes']} bytes"
+        )
     if "compare_hf" in report:
         print(f"transformers:  {json.dumps(report['compare_hf'])}")
 
@@ -274,8 +347,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not is_model_dir(args.model):
         parser.error(f"{args.model} is not a model directory (it has no tokenizer.json)")
-    if not args.image and not args.video:
-        parser.error("give at least one --image or --video")
+    if not args.image and not args.video and not args.audio:
+        parser.error("give at least one --image, --video or --audio")
     try:
         report = run(args)
     except (MmgateError, ValueError) as error:

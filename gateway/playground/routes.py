@@ -21,9 +21,9 @@ CONTENT_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
 }
-# Images the user picks are shown from data: and blob: URLs, videos from blob: URLs (a
-# <video> loads under media-src, which default-src 'none' otherwise closes); nothing else is
-# allowed anywhere.
+# Images the user picks are shown from data: and blob: URLs, videos and audio clips from blob:
+# URLs (a <video> or <audio> loads under media-src, which default-src 'none' otherwise closes);
+# nothing else is allowed anywhere.
 CSP = "; ".join(
     (
         "default-src 'none'",
@@ -42,7 +42,9 @@ HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cross-Origin-Opener-Policy": "same-origin",
-    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+    # The microphone for this page itself (recording a clip, for a model that takes audio; the
+    # browser still asks the user), for no frame of any other origin.
+    "Permissions-Policy": "camera=(), microphone=(self), geolocation=()",
     # Small files: always revalidate, so a gateway upgrade is never mixed with an old script.
     "Cache-Control": "no-cache",
 }

@@ -36,6 +36,9 @@ FLAGS = (
     "--disable-sync",
     "--disable-dev-shm-usage",
 )
+# A microphone for getUserMedia without a person or a sound card: Chromium's fake capture
+# device (a tone with a beep a second) and its permission prompt answered yes.
+FAKE_MICROPHONE = ("--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream")
 WAIT = 30.0  # seconds a test waits for the page to show something
 # The type a pasted or dropped file carries, by its name's extension (none for others, as a
 # browser gives a file it has no type for).
@@ -61,7 +64,8 @@ class Browser:
     """One headless Chromium with a fresh profile; `requests()` lists the URLs the page asked
     for since the last call."""
 
-    def __init__(self, width: int = 1200, height: int = 1200) -> None:
+    def __init__(self, width: int = 1200, height: int = 1200, flags: tuple[str, ...] = ()) -> None:
+        """`flags`: Chromium's, over FLAGS (e.g. FAKE_MICROPHONE)."""
         refuse_in_fast_tests("a headless Chromium")
         require_chromium()
         from selenium import webdriver
@@ -70,7 +74,8 @@ class Browser:
         self.profile = tempfile.mkdtemp(prefix="mmgate-chromium-")
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
-        for flag in (*FLAGS, f"--user-data-dir={self.profile}", f"--window-size={width},{height}"):
+        sized = (f"--user-data-dir={self.profile}", f"--window-size={width},{height}")
+        for flag in (*FLAGS, *flags, *sized):
             options.add_argument(flag)
         options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)

@@ -12,10 +12,10 @@ function userContent(text, media) {
   return parts;
 }
 
-// "image 1: ..." or "video 0: ..." in an error names the item by its position among the
-// request's items of its kind: say its file. `names`: {image: [...], video: [...]}.
+// "image 1: ...", "video 0: ..." or "audio 0: ..." in an error names the item by its position
+// among the request's items of its kind: say its file. `names`: {image: [...], video: [...]}.
 function namingMedia(message, names) {
-  const match = /\b(image|video) (\d+)\b/.exec(message);
+  const match = /\b(image|video|audio) (\d+)\b/.exec(message);
   const name = match && names[match[1]]?.[Number(match[2])];
   return name ? `${message}\n(${match[1]} ${match[2]} is “${name}”)` : message;
 }
@@ -27,7 +27,7 @@ export function describeError(error, names = {}) {
 }
 
 function namesByKind(media) {
-  const names = { image: [], video: [] };
+  const names = { image: [], video: [], audio: [] };
   for (const item of media) names[item.kind].push(item.name);
   return names;
 }

@@ -1,4 +1,4 @@
-// How an attachment (an image or a video) and what the gateway made of it (POST
+// How an attachment (an image, a video or an audio clip) and what the gateway made of it (POST
 // v1/preprocess) are shown: one card per attachment, in the composer before sending and in
 // the conversation after.
 
@@ -43,30 +43,46 @@ function frameRows(video) {
   return rows;
 }
 
-// The rows of the facts list for item `index` of kind "image" or "video" of a
+// A clip's rows: its container, rate, channels and length, as the gateway decoded it.
+function audioRows(clip) {
+  const channels = clip.channels === 1 ? "mono" : `${clip.channels} channels`;
+  return [
+    ["format", clip.format || clip.mime || "?"],
+    ["decoded", `${clip.sample_rate} Hz, ${channels}`],
+    ["duration", `${short(clip.seconds)} s`],
+  ];
+}
+
+const ITEMS = { image: "images", video: "videos", audio: "audio" };
+const FAMILIES = { image: "family", video: "video_family", audio: "audio_family" };
+
+// The rows of the facts list for item `index` of kind "image", "video" or "audio" of a
 // /v1/preprocess answer.
 export function factRows(reply, index, kind = "image") {
-  const item = kind === "video" ? reply.videos[index] : reply.images[index];
+  const item = reply[ITEMS[kind]][index];
   if (reply.processed_by === "worker") {
-    return [
-      ["processor", "the engine worker's (none for this model in the gateway)"],
-      ["type", item.mime || "?"],
-    ];
+    const rows = [["processor", "the engine worker's (none for this model in the gateway)"]];
+    if (kind === "audio") rows.push(...audioRows(item));
+    else rows.push(["type", item.mime || "?"]);
+    return rows;
   }
-  const family = kind === "video" ? reply.video_family : reply.family;
-  const title = reply.family_title;
-  const rows = [
-    ["processor", title ? `${title} (${family})` : `${family}`],
-    ["decoded", `${item.width}×${item.height}`],
-  ];
+  const family = reply[FAMILIES[kind]];
+  // (family_title names the image processor; a video processor of its family shares it)
+  const title = kind === "audio" ? null : reply.family_title;
+  const rows = [["processor", title ? `${title} (${family})` : `${family}`]];
+  if (kind === "audio") rows.push(...audioRows(item));
+  else rows.push(["decoded", `${item.width}×${item.height}`]);
   if (kind === "video") rows.push(...frameRows(item));
   for (const [name, values] of Object.entries(item.grid)) rows.push([name, joined(values)]);
   const markers = item.tokens - item.embeddings;
   const tokens = markers > 0 ? `${item.tokens} (${markers} of them markers)` : `${item.tokens}`;
   rows.push(["tokens", tokens]);
-  // (a video's too: the API names its frames' patches pixel_values, as they travel)
-  const pixels = item.tensors.pixel_values;
-  if (pixels) rows.push(["pixel_values", `[${pixels.shape.join(", ")}] ${pixels.dtype}`]);
+  // (a video's too: the API names its frames' patches pixel_values, as they travel; a clip's
+  // features are input_features)
+  for (const name of ["pixel_values", "input_features"]) {
+    const tensor = item.tensors[name];
+    if (tensor) rows.push([name, `[${tensor.shape.join(", ")}] ${tensor.dtype}`]);
+  }
   return rows;
 }
 
@@ -86,6 +102,22 @@ function videoPreview(item) {
   return video;
 }
 
+// A clip's player, from its blob: URL (the CSP's media-src), or a word where the browser
+// cannot play it (the gateway decodes it all the same).
+function audioPreview(item) {
+  const audio = el("audio");
+  audio.src = item.preview;
+  audio.controls = true;
+  audio.preload = "metadata";
+  audio.setAttribute("aria-label", item.name);
+  audio.addEventListener("error", () => {
+    audio.replaceWith(el("p", "no-preview", "no player: this browser cannot play it"));
+  });
+  return audio;
+}
+
+const PREVIEWS = { image: imagePreview, video: videoPreview, audio: audioPreview };
+
 function imagePreview(item) {
   const img = el("img");
   img.src = item.url;
@@ -97,7 +129,7 @@ function imagePreview(item) {
 // the facts (or what stands in for them: "asking the gateway…", an error).
 export function mediaCard(item) {
   const node = el("li", `card ${item.kind}`);
-  const preview = item.kind === "video" ? videoPreview(item) : imagePreview(item);
+  const preview = PREVIEWS[item.kind](item);
   const box = el("div", "facts-box");
   node.append(preview, el("span", "name", item.name), el("span", "size", formatBytes(item.bytes)));
   node.append(box);

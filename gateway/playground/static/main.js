@@ -1,9 +1,11 @@
 // The playground's entry point: finds the page's elements and wires them together (the
-// served model and the API key, the settings, the composer's keys, paste and drop).
+// served model, the media it takes and the API key, the settings, the composer's keys, paste,
+// drop and recording).
 
-import { apiKey, servedModel } from "./api.js";
-import { Attachments } from "./attachments.js";
+import { apiKey, preprocess, servedModel } from "./api.js";
+import { Attachments, DEFAULT_MODALITIES, acceptFor, kindsWord } from "./attachments.js";
 import { Conversation, describeError } from "./chat.js";
+import { Recorder, canRecord } from "./recorder.js";
 import { apiReference } from "./reference.js";
 
 const $ = (id) => document.getElementById(id);
@@ -23,11 +25,13 @@ const page = {
   prompt: $("prompt"),
   file: $("file"),
   attach: $("attach"),
+  record: $("record"),
   send: $("send"),
   stop: $("stop"),
   newChat: $("new-chat"),
 };
 let model = null;
+let modalities = DEFAULT_MODALITIES;
 const RETRY_MS = 2000;
 
 function number(input) {
@@ -59,9 +63,20 @@ function onError(error) {
   }
 }
 
+// What the picker, the attach button and the record button offer: the media the model takes,
+// as the gateway's /v1/preprocess names them (images and videos if it does not say).
+function offer(taken) {
+  modalities = taken.length ? taken : DEFAULT_MODALITIES;
+  page.file.accept = acceptFor(modalities);
+  page.attach.textContent = `Add ${kindsWord(modalities)}…`;
+  page.record.hidden = !(modalities.includes("audio") && canRecord());
+}
+
 async function connect() {
   try {
     model = await servedModel();
+    const reply = await preprocess(model, [{ role: "user", content: "hi" }]);
+    offer(reply.modalities || []);
     page.model.textContent = `model: ${model}`;
   } catch (error) {
     if (error.status === 401) {
@@ -78,8 +93,11 @@ async function connect() {
 
 const attachments = new Attachments(page.attachments, page.refused, page.prompt, {
   model: () => model,
+  modalities: () => modalities,
   onError,
 });
+const recorder = new Recorder();
+let ticker = null;
 const conversation = new Conversation(page.transcript, {
   model: () => model,
   settings,
@@ -135,10 +153,48 @@ document.addEventListener("keydown", (event) => {
 page.stop.addEventListener("click", () => conversation.stop());
 page.newChat.addEventListener("click", () => {
   conversation.reset();
+  if (recorder.recording) {
+    recorder.cancel();
+    showRecording(false);
+  }
   page.prompt.focus();
 });
 
 page.attach.addEventListener("click", () => page.file.click());
+
+// Record: starts recording (the browser asks for the microphone); pressed again, stops and
+// attaches the clip.
+function showRecording(on) {
+  page.record.classList.toggle("recording", on);
+  page.record.setAttribute("aria-pressed", String(on));
+  clearInterval(ticker);
+  page.record.textContent = on ? "Stop recording (0 s)" : "Record";
+  if (on) {
+    ticker = setInterval(() => {
+      page.record.textContent = `Stop recording (${Math.floor(recorder.seconds)} s)`;
+    }, 250);
+  }
+}
+
+page.record.addEventListener("click", async () => {
+  if (!recorder.recording) {
+    try {
+      await recorder.start();
+      showRecording(true);
+    } catch (error) {
+      page.refused.textContent = `Cannot record: ${error.message}`;
+    }
+    return;
+  }
+  showRecording(false);
+  try {
+    const { blob, type } = await recorder.stop();
+    const stamp = new Date().toTimeString().slice(0, 8).replaceAll(":", "");
+    await attachments.addBlob(blob, `recording-${stamp}.${type === "audio/wav" ? "wav" : "ogg"}`);
+  } catch (error) {
+    page.refused.textContent = `The recording could not be kept: ${error.message}`;
+  }
+});
 page.file.addEventListener("change", async () => {
   await attachments.addFiles(filesOf(page.file.files));
   page.file.value = "";

@@ -2,6 +2,8 @@
 tests/support/browser.py) against the real gateway over a real worker (the tiny Qwen2-VL on
 vLLM's CPU engine): images attached by picker, paste and drop with what the gateway made of
 each, a video with the frames its loader picked and its preview, other files refused by name,
+audio (on the tiny Qwen2-Audio, through the worker fallback) attached as a WAV file or recorded
+from Chromium's fake microphone, each with its player and facts, and answered by the model,
 streamed answers with their usage, stopping one (the engine lets the request go), the API
 reference made from the gateway's own OpenAPI document, the API's errors, the keyboard alone,
 a phone's width, the API key. After every test, no request of the page went anywhere but the
@@ -14,19 +16,23 @@ docs/playground.png is made so).
 from __future__ import annotations
 
 import base64
+import io
 import os
 import re
 import shutil
 import time
+import wave
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from protos import vllm_engine_pb2 as pb
 from tests.support import IMAGES_DIR
-from tests.support.browser import Browser
+from tests.support.browser import FAKE_MICROPHONE, Browser
 from tests.support.e2e_cases import QWEN2VL_CONTEXT, make_image, png_bytes
+from tests.support.engines import WorkerProcess
 from tests.support.gateway_process import GatewayProcess
 from tests.support.video_e2e import make_clip, video
 
@@ -59,7 +65,8 @@ def gateway(vision_model, worker, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    browser = Browser()
+    # (a fake microphone for the recording test; no other test asks for one)
+    browser = Browser(flags=FAKE_MICROPHONE)
     yield browser
     browser.quit()
 
@@ -72,9 +79,9 @@ def page(browser, gateway):
     assert_stayed_local(browser, gateway.base_url)
 
 
-def open_page(browser: Browser, base_url: str) -> None:
+def open_page(browser: Browser, base_url: str, model: str = MODEL) -> None:
     browser.driver.get(base_url + "/")
-    browser.wait(lambda d: text_of(browser, "#model") == f"model: {MODEL}", what="connected")
+    browser.wait(lambda d: text_of(browser, "#model") == f"model: {model}", what="connected")
 
 
 def assert_stayed_local(browser: Browser, base_url: str) -> None:
@@ -302,15 +309,24 @@ def test_files_that_are_not_images_or_videos_are_refused_by_name(page, gateway, 
     # A dropped file with no type is taken by its name (.mkv: a Matroska video; the gateway
     # reads the container from the bytes), one of a type neither image nor video is refused.
     clip = make_clip(tmp_path, "clip.webm", 5, (48, 32), 4, "VP80", seed=3)
-    page.dispatch_files(
-        "drop", "#transcript", {"notes.txt": b"hello", "clip.mkv": clip, "report.pdf": b"%PDF"}
-    )
+    # Qwen2-VL takes no audio: a clip is refused too, the picker offers none, nothing records.
+    dropped = {
+        "notes.txt": b"hello",
+        "clip.mkv": clip,
+        "tone.wav": wav_bytes(0.2),
+        "report.pdf": b"%PDF",
+    }
+    page.dispatch_files("drop", "#transcript", dropped)
     (card,) = composer_cards(page, 1, ready=".facts")
     assert card.find_element("css selector", ".name").text == "clip.mkv"
     assert facts(card)["frames"].endswith(" at 4 fps")
     refused = find(page, "#refused")
     assert refused.is_displayed() and refused.get_attribute("role") == "alert"
-    assert refused.text == "Not attached: “notes.txt”, “report.pdf”: only images and videos can be."
+    assert refused.text == (
+        "Not attached: “notes.txt”, “report.pdf”, “tone.wav”: only images and videos can be."
+    )
+    assert find(page, "#file").get_attribute("accept") == "image/*,video/*"
+    assert not find(page, "#record").is_displayed()
     # A later pick of images and videos only clears the notice.
     attach(page, PHOTO)
     composer_cards(page, 2, ready=".facts")
@@ -592,3 +608,183 @@ def test_the_api_key_is_asked_for_and_kept_in_the_tab_only(browser, vision_model
         assert_stayed_local(browser, keyed.base_url)
     finally:
         keyed.stop()
+
+
+# ---- audio: the tiny Qwen2-Audio, through the worker fallback ----
+
+AUDIO_MODEL = "tiny-qwen2-audio"
+SOUND_QUESTION = "What do you hear?"
+
+
+@pytest.fixture(scope="module")
+def audio_model(tmp_path_factory):
+    from tests.support.qwen2_audio_models import build_model
+
+    return build_model(tmp_path_factory.mktemp("qwen2-audio") / "model")
+
+
+@pytest.fixture(scope="module")
+def audio_gateway(audio_model, tmp_path_factory):
+    """No audio processor in the gateway for Qwen2-Audio: the worker preprocesses the clips
+    (`mmgate engine --mm-processor inprocess`), as tests/e2e/gateway/test_audio_fallback.py
+    shows equal to vLLM's own server."""
+    logs = tmp_path_factory.mktemp("playground-audio")
+    engine = {"max_model_len": 2048, "limit_mm_per_prompt": {"audio": 2}}
+    worker = WorkerProcess(audio_model, logs / "worker.log", mm_processor="inprocess", **engine)
+    try:
+        worker.wait_ready()
+        served = ("--served-model-name", AUDIO_MODEL)
+        gateway = GatewayProcess(audio_model, [worker.address], logs / "gateway.log", *served)
+        try:
+            yield gateway.wait_ready()
+        finally:
+            gateway.stop()
+    finally:
+        worker.stop()
+
+
+@pytest.fixture
+def audio_page(browser, audio_gateway):
+    open_page(browser, audio_gateway.base_url, AUDIO_MODEL)
+    record_chat_bodies(browser)
+    yield browser
+    assert_stayed_local(browser, audio_gateway.base_url)
+
+
+def wav_bytes(seconds: float, rate: int = 16000) -> bytes:
+    """A 16-bit mono WAV of a tone under a little noise, made with numpy."""
+    t = np.arange(round(seconds * rate)) / rate
+    samples = 0.3 * np.sin(2 * np.pi * 330 * t) + 0.02 * np.random.default_rng(5).standard_normal(
+        t.size
+    )
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((samples * 32767).astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
+def record_chat_bodies(browser: Browser) -> None:
+    """From now on, the page keeps the body of every chat request it sends (window.sent)."""
+    browser.js(
+        """
+        window.sent = [];
+        const original = window.fetch;
+        window.fetch = (url, init) => {
+          if (String(url).endsWith('chat/completions')) window.sent.push(JSON.parse(init.body));
+          return original(url, init);
+        };
+        """
+    )
+
+
+def sent_audio_part(browser: Browser) -> dict:
+    """The audio part of the last chat request the page sent."""
+    (body,) = browser.js("return window.sent")
+    part, question = body["messages"][-1]["content"]
+    assert question == {"type": "text", "text": SOUND_QUESTION}
+    return part
+
+
+def player_of(browser: Browser, css: str) -> list | None:
+    """An <audio>'s source scheme and its length, once it has read the clip's metadata."""
+    return browser.js(
+        """
+        const a = document.querySelector(arguments[0]);
+        if (!a || a.readyState < 1) return null;
+        return [a.src.split(':')[0], a.duration];
+        """,
+        css,
+    )
+
+
+def ask_about_the_clip(page: Browser) -> tuple[str, re.Match]:
+    set_field(page, "max-tokens", 8)
+    set_field(page, "temperature", 0)
+    find(page, "#prompt").send_keys(SOUND_QUESTION)
+    find(page, "#send").click()
+    usage = STATS.fullmatch(answer_done(page))
+    assert usage, usage
+    return text_of(page, ".turn.assistant .answer"), usage
+
+
+def assert_the_model_answered_that_clip(gateway, part: dict, answer: str, usage) -> None:
+    """The same request through the API: the same prompt (the clip expanded by the worker) and
+    the same greedy answer as the page showed."""
+    content = [part, {"type": "text", "text": SOUND_QUESTION}]
+    body = {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    reply = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["prompt_tokens"] == int(usage[1])
+    assert reply.json()["choices"][0]["message"]["content"] == answer
+
+
+def test_an_audio_file_is_attached_with_a_player_and_answered(audio_page, audio_gateway, tmp_path):
+    page = audio_page
+    # The model takes audio only: the picker and the button say so, and it can record.
+    assert find(page, "#file").get_attribute("accept") == "audio/*"
+    assert find(page, "#attach").text == "Add audio…"
+    assert find(page, "#record").is_displayed()
+    path = tmp_path / "tone.wav"
+    path.write_bytes(wav_bytes(1.25))
+    attach(page, path)
+    (card,) = composer_cards(page, 1)
+    assert "audio" in card.get_attribute("class").split()
+    assert facts(card) == {
+        "processor": "the engine worker's (none for this model in the gateway)",
+        "format": "wav",
+        "decoded": "16000 Hz, mono",
+        "duration": "1.25 s",
+    }
+    assert "tone.wav" in card.text and f"{path.stat().st_size / 1024:.1f} KB" in card.text
+    scheme, seconds = page.wait(lambda _: player_of(page, "#attachments audio"), what="player")
+    assert scheme == "blob" and abs(seconds - 1.25) < 0.01
+
+    answer, usage = ask_about_the_clip(page)
+    # Sent as an input_audio part of the file's very bytes, as OpenAI's API and vLLM take it.
+    part = sent_audio_part(page)
+    data = base64.b64encode(path.read_bytes()).decode()
+    assert part == {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+    assert_the_model_answered_that_clip(audio_gateway, part, answer, usage)
+    # The sent turn keeps the clip, its facts and its player.
+    assert facts(find(page, ".turn.user .audio"))["duration"] == "1.25 s"
+    assert page.wait(lambda _: player_of(page, ".turn.user audio"), what="player")[0] == "blob"
+
+
+def test_a_recording_from_the_microphone_reaches_the_model(audio_page, audio_gateway):
+    page = audio_page
+    record = find(page, "#record")
+    record.click()
+    page.wait(lambda _: record.get_attribute("aria-pressed") == "true", what="recording")
+    time.sleep(2.0)
+    assert re.fullmatch(r"Stop recording \(\d s\)", record.text)
+    record.click()
+    (card,) = composer_cards(page, 1)
+    assert record.text == "Record" and record.get_attribute("aria-pressed") == "false"
+    name = card.find_element("css selector", ".name").text
+    # Chromium records WebM only, which the gateway does not take: the page made it a WAV.
+    assert re.fullmatch(r"recording-\d{6}\.wav", name), name
+    shown = facts(card)
+    assert shown["format"] == "wav" and shown["decoded"].endswith(" Hz, mono")
+    recorded = float(shown["duration"].removesuffix(" s"))
+    assert 1.5 < recorded < 4.0, shown
+    assert page.wait(lambda _: player_of(page, "#attachments audio"), what="player")[0] == "blob"
+
+    answer, usage = ask_about_the_clip(page)
+    part = sent_audio_part(page)
+    assert part["type"] == "input_audio" and part["input_audio"]["format"] == "wav"
+    raw = base64.b64decode(part["input_audio"]["data"])
+    with wave.open(io.BytesIO(raw)) as clip:
+        rate, frames = clip.getframerate(), clip.readframes(clip.getnframes())
+    samples = np.frombuffer(frames, "<i2") / 32768
+    assert f"{rate} Hz" in shown["decoded"]
+    assert abs(samples.size / rate - recorded) < 0.002
+    # Not silence: the fake microphone's tone and beeps were recorded.
+    assert np.abs(samples).max() > 0.05
+    assert_the_model_answered_that_clip(audio_gateway, part, answer, usage)

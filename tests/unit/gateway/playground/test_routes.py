@@ -50,6 +50,9 @@ def test_every_answer_forbids_other_origins():
         assert csp["media-src"] == "blob:"
         assert reply.headers["x-content-type-options"] == "nosniff"
         assert reply.headers["referrer-policy"] == "no-referrer"
+        # the microphone for this page only (a recording for a model that takes audio)
+        permissions = reply.headers["permissions-policy"].split(", ")
+        assert "microphone=(self)" in permissions and "camera=()" in permissions
 
 
 @pytest.mark.parametrize(
