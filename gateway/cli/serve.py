@@ -6,12 +6,17 @@ import argparse
 import os
 from pathlib import Path
 
+from gateway.api.audio.form import AudioLimits
 from gateway.render.prompt import GRPC_MAX_MESSAGE_BYTES
 from gateway.render.worker_media import MM_PROCESSING
 from gateway.server.config import AdmissionConfig
 from gateway.server.limits import MIB, RequestLimits
 from gateway.workers.pool import PoolOptions
 from gateway.workers.tensor_transport import DEFAULT_SHM_MIN_BYTES, TRANSPORT_MODES
+
+# vLLM's audio limits are environment variables; where set they are these flags' defaults,
+# so one setting bounds vLLM and the gateway alike.
+_VLLM_AUDIO = AudioLimits.from_env()
 
 DESCRIPTION = """\
 OpenAI-compatible HTTP server that renders chat templates, tokenizes, fetches and preprocesses
@@ -108,26 +113,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-audio-bytes",
         type=_positive,
-        default=25 * MIB,  # MediaPolicy.max_audio_bytes
+        default=_VLLM_AUDIO.max_file_bytes,
         metavar="BYTES",
-        help="the largest audio clip accepted, in encoded bytes; larger is a 400 (%(default)s "
-        "= 25 MiB, vLLM's VLLM_MAX_AUDIO_CLIP_FILESIZE_MB)",
+        help="the largest audio clip accepted, in encoded bytes (a chat clip, a transcription "
+        "upload); larger is a 400 (default: %(default)s, vLLM's "
+        "VLLM_MAX_AUDIO_CLIP_FILESIZE_MB when set, else 25 MiB)",
     )
     p.add_argument(
         "--max-audio-seconds",
         type=_positive_float,
-        default=600.0,  # MediaPolicy.max_audio_seconds
+        default=_VLLM_AUDIO.max_duration_s,
         metavar="SECONDS",
         help="the longest audio clip accepted, from its header and again from its samples; "
-        "longer is a 400 (default: %(default)s, vLLM's VLLM_MAX_AUDIO_DECODE_DURATION_S)",
+        "longer is a 400 (default: %(default)s, vLLM's VLLM_MAX_AUDIO_DECODE_DURATION_S when "
+        "set, else 600)",
     )
     p.add_argument(
         "--max-audio-decoded-mib",
         type=_positive,
-        default=256,  # MediaPolicy.max_audio_decoded_bytes
+        default=max(1, _VLLM_AUDIO.max_decode_bytes // MIB),
         metavar="MIB",
         help="the most memory one audio clip may take decoded (samples x channels x 4 bytes); "
-        "more is a 400 (default: %(default)s, vLLM's VLLM_MAX_AUDIO_DECODE_BYTES)",
+        "more is a 400 (default: %(default)s, vLLM's VLLM_MAX_AUDIO_DECODE_BYTES when set, "
+        "else 256)",
     )
     p.add_argument(
         "--max-audio-sample-rate",

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import State
 from starlette.types import ASGIApp
 
+from gateway.api.audio.form import AudioLimits
 from gateway.api.audio.service import SpeechToTextService
 from gateway.api.chat import ChatService
 from gateway.api.completions import CompletionService
@@ -227,6 +228,7 @@ def _services(
     )
     token_texts = TokenTexts(files.tokenizer, files.clean_up_spaces)
     name = config.served_model_name or str(config.model)
+    limits = AudioLimits.from_policy(config.media_policy)
     parsing = config.parsing.for_model(files.config.get("model_type"))
     chat = ChatService(name, files, prompts, pool, metrics, token_texts, parsing)
     return Services(
@@ -237,8 +239,8 @@ def _services(
         preprocess=PreprocessService(name, prompts, facts),
         responses=ResponsesService(chat, state.response_store, state.background),
         messages=MessagesService(chat),
-        transcriptions=SpeechToTextService(name, files, pool, metrics, "transcribe"),
-        translations=SpeechToTextService(name, files, pool, metrics, "translate"),
+        transcriptions=SpeechToTextService(name, files, pool, metrics, "transcribe", limits),
+        translations=SpeechToTextService(name, files, pool, metrics, "translate", limits),
     )
 
 

@@ -2,9 +2,10 @@
 (vllm/entrypoints/speech_to_text/*/protocol.py: form fields validated by pydantic in lax mode,
 so "true" and "0.5" are a bool and a float), and the uploaded file under vLLM's size limit.
 
-The limits are vLLM's environment variables, read here too so that one setting bounds both
-servers: VLLM_MAX_AUDIO_CLIP_FILESIZE_MB (25) for the upload, VLLM_MAX_AUDIO_DECODE_DURATION_S
-(600) and VLLM_MAX_AUDIO_DECODE_BYTES (256 MiB) for the decoded audio.
+The limits are the gateway's audio limits (`--max-audio-bytes`, `--max-audio-seconds`,
+`--max-audio-decoded-mib`), the same as for chat clips; their defaults are vLLM's environment
+variables when set (VLLM_MAX_AUDIO_CLIP_FILESIZE_MB, VLLM_MAX_AUDIO_DECODE_DURATION_S,
+VLLM_MAX_AUDIO_DECODE_BYTES), so one setting bounds both servers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
 from gateway.errors import FieldError, GatewayError, parse_body
+from multimodal.policy import MediaPolicy
 
 MIB = 1024 * 1024
 # Besides the file, the form's text fields (a prompt is at most a few KB).
@@ -33,10 +35,19 @@ class AudioLimits:
 
     @classmethod
     def from_env(cls, env: Any = os.environ) -> AudioLimits:
+        """vLLM's defaults, or its environment variables where set."""
         return cls(
             max_file_bytes=int(float(env.get("VLLM_MAX_AUDIO_CLIP_FILESIZE_MB", "25")) * MIB),
             max_duration_s=float(env.get("VLLM_MAX_AUDIO_DECODE_DURATION_S", "600")),
             max_decode_bytes=int(env.get("VLLM_MAX_AUDIO_DECODE_BYTES", "268435456")),
+        )
+
+    @classmethod
+    def from_policy(cls, policy: MediaPolicy) -> AudioLimits:
+        return cls(
+            max_file_bytes=policy.max_audio_bytes,
+            max_duration_s=policy.max_audio_seconds,
+            max_decode_bytes=policy.max_audio_decoded_bytes,
         )
 
 
