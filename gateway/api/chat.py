@@ -11,6 +11,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.api import kv_transfer
+from gateway.api.audio.whisper import generation_refused, is_whisper
 from gateway.api.chat_messages import VLLM_NULLS, delta_json, merged, tool_call_json
 from gateway.api.kv_transfer import check_token_ids
 from gateway.api.protocol import ChatCompletionRequest
@@ -50,6 +51,7 @@ class ChatService:
     ) -> None:
         self.model_name = model_name
         self.tokenizer = files.tokenizer
+        self.transcription_only = is_whisper(files.config)
         self.added = files.added_tokens
         self.prompts = prompts
         self.pool = pool
@@ -130,6 +132,8 @@ class ChatService:
     def prepare(self, request: ChatCompletionRequest) -> None:
         """What `start` does to a request before rendering it (count_tokens renders it so)."""
         check_model(request.model, self.model_name)
+        if self.transcription_only:
+            raise generation_refused()
         if request.tool_choice == "none" and self.parsing.exclude_tools_when_tool_choice_none:
             request.tools = None
         request.apply_reasoning_effort()

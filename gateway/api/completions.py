@@ -11,6 +11,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.api import kv_transfer
+from gateway.api.audio.whisper import generation_refused, is_whisper
 from gateway.api.kv_transfer import check_token_ids
 from gateway.api.protocol import CompletionRequest
 from gateway.api.sampling import check_max_tokens, max_tokens_for, to_proto, truncate_prompt
@@ -39,12 +40,15 @@ class CompletionService:
     ) -> None:
         self.model_name = model_name
         self.tokenizer, self.added = files.tokenizer, files.added_tokens
+        self.transcription_only = is_whisper(files.config)
         self.clean_up_spaces = files.clean_up_spaces
         self.pool, self.metrics, self.token_texts = pool, metrics, token_texts
 
     async def create(self, body: Any) -> JSONResponse | StreamingResponse:
         request = parse_body(CompletionRequest, body)
         check_model(request.model, self.model_name)
+        if self.transcription_only:
+            raise generation_refused()
         if request.suffix is not None:
             raise GatewayError("suffix is not supported", 400, "suffix")
         if request.echo and request.logprobs is not None:

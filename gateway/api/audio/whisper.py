@@ -49,6 +49,17 @@ def is_whisper(config: Mapping[str, Any]) -> bool:
     return bool(ARCHITECTURES & set(config.get("architectures") or ()))
 
 
+def generation_refused() -> GatewayError:
+    """For a transcription-only model, which generates from no text prompt: vLLM mounts no
+    chat, completions, Responses or Messages route for it (a 404), and neither does the
+    gateway."""
+    return GatewayError(
+        "this model only transcribes audio (/v1/audio/transcriptions, /v1/audio/translations); "
+        "it serves no chat, completions, Responses or Messages API",
+        404,
+    )
+
+
 def check_language(language: str | None) -> None:
     """vLLM's `validate_language`: a code of neither list is a 400."""
     if language is None or language in SUPPORTED_LANGUAGES or language in OTHER_LANGUAGES:

@@ -159,3 +159,15 @@ def test_bad_audio_is_a_400_and_the_gateway_keeps_serving(servers):
         model="tiny", file=SHORT, language="en", extra_body=MAX_TOKENS
     )
     assert reply.text
+
+
+def test_a_transcription_model_serves_no_chat(servers):
+    """vLLM mounts no chat or completions route for a transcription-only model: a 404 on
+    both."""
+    for client in servers:
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+        with pytest.raises(openai.NotFoundError):
+            client.completions.create(model="tiny", prompt="hi", max_tokens=2)
