@@ -19,8 +19,8 @@ decode:
   float32 PCM;
 - then the clip decoded as vLLM's loader decodes it (``multimodal.audio_decode``), the same
   limits held against the samples themselves (a header may lie), and the decoding time against
-  ``audio_decode_timeout``. The decoder is not interrupted: the byte, length and PCM limits
-  bound its work; a clip that took longer than the limit is refused all the same.
+  ``audio_decode_timeout``, checked between blocks of samples (libsndfile) or frames (FFmpeg),
+  so a clip that decodes too slowly is cut off, not decoded to the end.
 
 Blocking: call these off the event loop.
 """
@@ -33,7 +33,13 @@ from io import BytesIO
 
 import pybase64
 
-from multimodal.audio_decode import AudioDecodeError, AudioTooLarge, DecodedAudio, decode_audio
+from multimodal.audio_decode import (
+    AudioDecodeError,
+    AudioDecodeTimeout,
+    AudioTooLarge,
+    DecodedAudio,
+    decode_audio,
+)
 from multimodal.errors import MediaDecodeError, MediaTooLargeError
 from multimodal.media import source_bytes
 from multimodal.policy import MediaPolicy
@@ -89,7 +95,10 @@ def load_audio(source: str, raw: bytes | None, policy: MediaPolicy) -> LoadedAud
             data,
             max_duration_s=policy.max_audio_seconds,
             max_decode_bytes=policy.max_audio_decoded_bytes,
+            deadline=started + policy.audio_decode_timeout,
         )
+    except AudioDecodeTimeout:
+        raise _too_slow(policy) from None
     except AudioTooLarge as error:
         raise MediaTooLargeError(str(error), kind="audio") from None
     except (AudioDecodeError, ValueError, RuntimeError):
@@ -98,11 +107,15 @@ def load_audio(source: str, raw: bytes | None, policy: MediaPolicy) -> LoadedAud
     elapsed = time.monotonic() - started
     _check_decoded(decoded, policy)
     if elapsed > policy.audio_decode_timeout:
-        raise MediaTooLargeError(
-            f"decoding the audio took longer than the {policy.audio_decode_timeout:g} s limit",
-            kind="audio",
-        )
+        raise _too_slow(policy)
     return LoadedAudio(decoded, data, mime)
+
+
+def _too_slow(policy: MediaPolicy) -> MediaTooLargeError:
+    return MediaTooLargeError(
+        f"decoding the audio took longer than the {policy.audio_decode_timeout:g} s limit",
+        kind="audio",
+    )
 
 
 def sniff_audio(data: bytes) -> str | None:

@@ -22,13 +22,21 @@ the header says enough. Blocking: call it off the event loop.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from io import BytesIO
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["AudioDecodeError", "AudioTooLarge", "DecodedAudio", "decode_audio"]
+__all__ = [
+    "AudioDecodeError",
+    "AudioDecodeTimeout",
+    "AudioTooLarge",
+    "DecodedAudio",
+    "decode_audio",
+]
 
 # libsndfile error codes after which vLLM tries PyAV (see `_BAD_SF_CODES` in vLLM).
 _SOUNDFILE_DEFERS = {0, 1, 3, 4}
@@ -40,6 +48,15 @@ class AudioDecodeError(ValueError):
 
 class AudioTooLarge(ValueError):
     """The audio is longer, or decodes to more PCM, than allowed."""
+
+
+class AudioDecodeTimeout(AudioTooLarge):
+    """Decoding ran past its deadline (checked between blocks of samples)."""
+
+
+# soundfile reads this many frames at a time, so a deadline is checked every ~1-6 s of audio;
+# libsndfile converts each sample on its own, so the samples equal one whole read's.
+_BLOCK_FRAMES = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -67,23 +84,30 @@ def decode_audio(
     *,
     max_duration_s: float | None = None,
     max_decode_bytes: int | None = None,
+    deadline: float | None = None,
 ) -> DecodedAudio:
     """Decode `data` at its native rate as vLLM's "auto" loader would (soundfile, then PyAV).
 
-    Raises AudioDecodeError for bytes neither backend decodes, AudioTooLarge past a limit.
+    Raises AudioDecodeError for bytes neither backend decodes, AudioTooLarge past a limit,
+    AudioDecodeTimeout once `time.monotonic()` passes `deadline` (between blocks of samples).
     """
     import soundfile
 
     try:
-        return _decode_soundfile(data, max_duration_s, max_decode_bytes)
+        return _decode_soundfile(data, max_duration_s, max_decode_bytes, deadline)
     except soundfile.LibsndfileError as exc:
         if exc.code not in _SOUNDFILE_DEFERS:
             raise AudioDecodeError(f"invalid or corrupted audio data ({exc})") from exc
-    return _decode_pyav(data, max_duration_s, max_decode_bytes)
+    return _decode_pyav(data, max_duration_s, max_decode_bytes, deadline)
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise AudioDecodeTimeout("decoding the audio took longer than allowed")
 
 
 def _decode_soundfile(
-    data: bytes, max_duration_s: float | None, max_decode_bytes: int | None
+    data: bytes, max_duration_s: float | None, max_decode_bytes: int | None, deadline: float | None
 ) -> DecodedAudio:
     import soundfile
 
@@ -98,15 +122,28 @@ def _decode_soundfile(
                 f"audio would decode to {f.frames * f.channels * 4} bytes of PCM, more than "
                 f"the {max_decode_bytes} allowed"
             )
-        y = f.read(dtype="float32", always_2d=False).T
+        y = _read_blocks(f, deadline).T
         rate = int(f.samplerate)
     # vLLM averages this transposed view (channels first, not contiguous); keep it as is.
     samples = y[None] if y.ndim == 1 else y
     return DecodedAudio(samples, rate, "soundfile")
 
 
+def _read_blocks(f: Any, deadline: float | None) -> npt.NDArray[np.float32]:
+    """`f.read(dtype="float32", always_2d=False)`, a block at a time with the deadline checked
+    between blocks."""
+    blocks = []
+    while True:
+        _check_deadline(deadline)
+        block = f.read(_BLOCK_FRAMES, dtype="float32", always_2d=False)
+        blocks.append(block)
+        if len(block) < _BLOCK_FRAMES:
+            break
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+
+
 def _decode_pyav(
-    data: bytes, max_duration_s: float | None, max_decode_bytes: int | None
+    data: bytes, max_duration_s: float | None, max_decode_bytes: int | None, deadline: float | None
 ) -> DecodedAudio:
     import av
 
@@ -135,6 +172,7 @@ def _decode_pyav(
         total_samples = total_bytes = 0
         try:
             for frame in container.decode(stream):
+                _check_deadline(deadline)
                 array = frame.to_ndarray()
                 chunks.append(array)
                 # vLLM counts the last axis, which for a packed decode is samples x channels.

@@ -6,11 +6,17 @@ and AAC in MP4 through the PyAV fallback."""
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 import pytest
 
-from multimodal.audio_decode import AudioDecodeError, AudioTooLarge, decode_audio
+from multimodal.audio_decode import (
+    AudioDecodeError,
+    AudioDecodeTimeout,
+    AudioTooLarge,
+    decode_audio,
+)
 from tests.support.audio_refs import require
 
 
@@ -115,3 +121,23 @@ def test_pcm_size_limit() -> None:
     with pytest.raises(AudioTooLarge):
         decode_audio(data, max_decode_bytes=31200 * 2 * 4 - 1)
     assert decode_audio(data, max_decode_bytes=31200 * 2 * 4).channels == 2
+
+
+def test_a_read_in_blocks_equals_one_whole_read() -> None:
+    """Past one block (2**18 frames) the samples come a block at a time: the same floats."""
+    soundfile = require("soundfile")
+    for fmt, subtype in (("WAV", "PCM_16"), ("FLAC", "PCM_24")):
+        data = _soundfile_bytes(_signal(44100, 13.0, 2), 44100, fmt, subtype)
+        whole, _ = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
+        got = decode_audio(data)
+        assert got.samples.shape[1] > 2**18 * 2
+        np.testing.assert_array_equal(got.samples, whole.T)
+
+
+def test_a_passed_deadline_stops_decoding() -> None:
+    wav = FILES["wav_int16_stereo_24k"]()
+    aac = _aac_in_mp4(_signal(24000, 1.3, 2), 24000)  # FFmpeg's path
+    for data in (wav, aac):
+        with pytest.raises(AudioDecodeTimeout):
+            decode_audio(data, deadline=time.monotonic() - 1)
+        assert decode_audio(data, deadline=time.monotonic() + 60).channels == 2
