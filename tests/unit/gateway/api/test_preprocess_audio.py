@@ -193,3 +193,28 @@ def test_the_media_a_model_takes_are_named(qwen2_audio_model, vision_model):
     assert ask(service(qwen2_audio_model), [])["modalities"] == ["audio"]
     assert ask(service(vision_model), [])["modalities"] == ["image", "video"]
     assert ask(service(vision_model, supports_vision=False), [])["modalities"] == []
+
+
+@pytest.fixture(scope="module")
+def omni_model(tmp_path_factory) -> Path:
+    from tests.support.qwen25_omni_models import build_model
+
+    return build_model(tmp_path_factory.mktemp("qwen25-omni") / "model")
+
+
+def test_omni_clips_are_reported_by_their_frames(omni_model):
+    """Qwen2.5-Omni's features travel as each clip's real frames, [L, 128], with L among its
+    layout (its `audio_feature_lengths`), its mask padded to the extractor's 300 s window."""
+    mono, stereo, parts = two_clips()
+    reply = ask(service(omni_model), parts)
+    assert (reply["processed_by"], reply["audio_family"]) == ("gateway", "qwen25_omni_audio")
+    for audio, frames in zip(reply["audio"], (100, 150)):
+        tokens = ((frames - 1) // 2 + 1 - 2) // 2 + 1
+        assert (audio["tokens"], audio["placeholder"]["length"]) == (tokens, tokens)
+        assert audio["tensors"] == {
+            "input_audio_features": {"shape": [frames, 128], "dtype": "float32"},
+            "feature_attention_mask": {"shape": [30000], "dtype": "int32"},
+            "audio_feature_lengths": {"shape": [], "dtype": "int64"},
+        }
+        assert audio["grid"] == {"audio_feature_lengths": frames}
+    assert [a["bytes"] for a in reply["audio"]] == [len(mono), len(stereo)]
