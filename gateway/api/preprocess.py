@@ -36,10 +36,11 @@ from gateway.api.protocol import (
 from gateway.errors import GatewayError, check_model, parse_body
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.workers.worker import WorkerFacts
-from multimodal.audio import LoadedAudio, load_audio, probe_audio
+from multimodal.audio import load_audio, probe_audio, sniff_audio
+from multimodal.audio_decode import DecodedAudio
 from multimodal.item_facts import item_grid, item_tensors, placeholder_counts
 from multimodal.media import LoadedImage, MediaPolicy
-from multimodal.pipeline import LoadedItem, PreparedItems
+from multimodal.pipeline import AudioItem, LoadedItem, PreparedItems
 from multimodal.placeholders import known_modalities
 from multimodal.video import LoadedVideo
 from protos import common_pb2
@@ -156,8 +157,8 @@ def _item_facts(
     }
     if isinstance(item, LoadedVideo):
         return _video_facts(item, common)
-    if isinstance(item, LoadedAudio):
-        return AudioFacts(**common, mime=item.mime, **audio_facts(item))
+    if isinstance(item, AudioItem):
+        return AudioFacts(**common, **audio_facts(item.data, item.pixels))
     assert isinstance(item, LoadedImage)
     height, width = item.pixels.shape[:2]
     return ImageFacts(**common, mime=item.mime, width=int(width), height=int(height))
@@ -209,7 +210,7 @@ def _referred(
     if modality == "audio":
         loaded = load_audio(ref.url, None, policy)
         return AudioFacts(
-            index=index, bytes=len(loaded.data), mime=loaded.mime, **audio_facts(loaded)
+            index=index, bytes=len(loaded.data), **audio_facts(loaded.data, loaded.audio)
         )
     # (a video/jpeg frame list holds its frames' base64 apart by commas)
     size = sum(len(pybase64.b64decode(part)) for part in payload.split(","))
@@ -217,12 +218,14 @@ def _referred(
     return kind(index=index, bytes=size, mime=mime)
 
 
-def audio_facts(item: LoadedAudio) -> dict[str, Any]:
-    """A decoded clip's container, rate, channels (its header's: a packed integer decode by
-    FFmpeg comes as one interleaved row, `multimodal.audio_decode`) and length in samples."""
-    decoded, channels = item.audio, probe_audio(item.data).channels
+def audio_facts(data: bytes, decoded: DecodedAudio) -> dict[str, Any]:
+    """A checked clip's container (sniffed from its bytes, as the check did), rate, channels
+    (its header's: a packed integer decode by FFmpeg comes as one interleaved row,
+    `multimodal.audio_decode`) and length, from its bytes and their decoded samples."""
+    mime, channels = sniff_audio(data) or "audio/unknown", probe_audio(data).channels
     return {
-        "format": item.mime.removeprefix("audio/"),
+        "mime": mime,
+        "format": mime.removeprefix("audio/"),
         "sample_rate": decoded.sample_rate,
         "channels": channels,
         "seconds": round(decoded.samples.size / channels / decoded.sample_rate, 3),

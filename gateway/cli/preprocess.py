@@ -8,7 +8,8 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,12 @@ from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.render.renderer import ChatRenderer
 from gateway.render.templates import read_chat_template_arg
-from gateway.render.worker_media import fallback_placeholders
-from multimodal.audio import LoadedAudio
+from gateway.render.worker_media import MM_PROCESSING, fallback_placeholders, mm_processing_mode
+from multimodal.audio_decode import DecodedAudio
 from multimodal.errors import MmgateError
 from multimodal.media import LoadedImage, MediaPolicy
-from multimodal.pipeline import PixelEncoding, PreparedItems
+from multimodal.pipeline import AudioItem, PixelEncoding, PreparedItems
+from multimodal.processors.whisper_audio import AudioProcessor
 from multimodal.registry import ModelProcessors, processors_for
 from multimodal.video import LoadedVideo
 from multimodal.video_decode import DecodedClip
@@ -38,10 +40,11 @@ decoded as vLLM's loader for the model does, resized/normalized by the model's p
 placeholders expanded. Prints tensor names, shapes and dtypes, the expanded token ids,
 placeholder ranges, hashes, field layouts and each video's picked frames (--json for all of it
 as JSON), optionally saves the tensors (--out FILE.npz) and compares with transformers'
-processor (--compare-hf). Media the gateway has no processor for with this model (audio on
-Qwen2-Audio, say) go to the engine workers as `mmgate serve` sends them: checked, each clip
-decoded once, the placeholders left for the worker to expand; shown with what the gateway knows
-of them (an audio clip's container, sample rate, channels and length).
+processor (--compare-hf). --mm-processing picks the path as `mmgate serve`'s flag does: media
+the gateway has no processor for with this model (auto), or all media (worker), go to the
+engine workers as `mmgate serve` sends them: checked, each clip decoded once, the placeholders
+left for the worker to expand; shown with what the gateway knows of them (an audio clip's
+container, sample rate, channels and length).
 """
 
 
@@ -59,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="uint8",
         choices=("uint8", "float32", "float16", "bfloat16"),
         help="uint8 for engines that normalize on device (vLLM's default), else float dtype",
+    )
+    p.add_argument(
+        "--mm-processing",
+        choices=MM_PROCESSING,
+        default="auto",
+        help="who preprocesses media, as for `mmgate serve`: auto (the gateway where it has the "
+        "model's processor, else the worker), gateway (SMG: router) or worker; the gateway "
+        "checks the media either way (default: %(default)s)",
     )
     p.add_argument("--mm-processor-kwargs", type=json.loads, default={}, help="JSON object")
     p.add_argument("--chat-template", help="a chat template file or string overriding the model's")
@@ -106,7 +117,8 @@ def _builder(args: argparse.Namespace) -> PromptBuilder:
     architectures = files.config.get("architectures") or ()
     placeholders = {**fallback_placeholders(architectures), **processors.placeholders}
     renderer = ChatRenderer(files, placeholders, chat_template=template)
-    return PromptBuilder(renderer, processors, _policy(args))
+    mode = mm_processing_mode(args.mm_processing)
+    return PromptBuilder(renderer, processors, _policy(args), mm_processing=mode)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -127,8 +139,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ranges = [r for part in prompt.prepared.parts for r in part.ranges]
         np.savez(args.out, prompt_ids=np.asarray(prompt.ids), ranges=np.asarray(ranges), **tensors)
     if args.compare_hf:
-        image = builder.processors.by_modality.get("image")
-        report["compare_hf"] = compare_hf(args, prompt, getattr(image, "hf_names", None))
+        report["compare_hf"] = compare_hf(args, prompt, builder.processors)
     return report
 
 
@@ -142,9 +153,9 @@ def summary(prompt: Prompt, processors: ModelProcessors) -> dict[str, Any]:
         for part, mm in zip(prompt.prepared.parts, messages)
     ]
     audio = [
-        _clip(item.data, audio_facts(item))
+        _clip(item.data, audio_facts(item.data, item.pixels))
         for item in prompt.items
-        if isinstance(item, LoadedAudio)
+        if isinstance(item, AudioItem)
     ]
     return {
         **parts[0],
@@ -164,17 +175,26 @@ def _referred_report(prompt: Prompt, builder: PromptBuilder, args: argparse.Name
     missing = sorted({m for m in facts if facts[m] and m not in builder.processors.by_modality})
     if args.out:
         np.savez(args.out, prompt_ids=np.asarray(prompt.ids))
+    if builder.mm_processing == "worker":
+        why = "--mm-processing worker"
+    elif missing:
+        why = f"no {' or '.join(missing)} processor in the gateway for this model"
+    else:
+        why = "the model's media go to the worker together"
     return {
         "processed_by": "worker",
-        "why": f"no {' or '.join(missing)} processor in the gateway for this model"
-        if missing
-        else "the model's media go to the worker together",
+        "why": why,
         "prompt_ids": prompt.ids,
         "parts": [],
         "videos": [],
         "images": [f.model_dump(include={"bytes", "mime"}) for f in facts["image"]],
         "referred_videos": [f.model_dump(include={"bytes", "mime"}) for f in facts["video"]],
         "audio": [_clip(None, f.model_dump()) for f in facts["audio"]],
+        **(
+            {"compare_hf": "nothing to compare: the worker makes the tensors"}
+            if args.compare_hf
+            else {}
+        ),
     }
 
 
@@ -225,11 +245,14 @@ def _videos(prompt: Prompt) -> list[dict[str, Any]]:
 
 
 def compare_hf(
-    args: argparse.Namespace, prompt: Prompt, hf_names: Mapping[str, str] | None = None
+    args: argparse.Namespace, prompt: Prompt, processors: ModelProcessors
 ) -> dict[str, Any]:
-    """Each of our tensors against transformers' of the same name, or of the name `hf_names`
-    gives for it (tensors vLLM renames, e.g. Gemma 4's positions)."""
+    """Each of our tensors against transformers' of the same name, or of the name the image
+    processor's `hf_names` gives for it (tensors vLLM renames, e.g. Gemma 4's positions), or as
+    vLLM lays out transformers' (Qwen2.5-Omni's audio features)."""
     from transformers import AutoProcessor
+
+    hf_names = getattr(processors.by_modality.get("image"), "hf_names", None)
 
     hf = AutoProcessor.from_pretrained(args.model)
     extra = {"do_rescale": False, "do_normalize": False} if args.pixels == "uint8" else {}
@@ -244,6 +267,10 @@ def compare_hf(
             video_metadata=[_metadata(c) for c in clips],
             do_sample_frames=False,
         )
+    if clips := [i.pixels for i in prompt.items if isinstance(i, AudioItem)]:
+        audio = processors.get("audio")
+        assert isinstance(audio, AudioProcessor)  # the only audio processors there are
+        media.update(_hf_audio_inputs(audio, clips))
     out = hf(
         text=[prompt.text],
         return_tensors="pt",  # "np" cannot hold Llama 4's bfloat16 pixels
@@ -258,9 +285,49 @@ def compare_hf(
         names = dict(hf_names or {}) if part.modality == "image" else {}
         if part.modality == "video":
             names["pixel_values"] = "pixel_values_videos"
+        theirs = {**out, **_vllm_audio_layout(out)} if part.modality == "audio" else out
         into = result if part.modality == "image" else result.setdefault(part.modality, {})
-        _compare(part, out, names, into)
+        _compare(part, theirs, names, into)
     return result
+
+
+def _hf_audio_inputs(processor: AudioProcessor, clips: Sequence[DecodedAudio]) -> dict[str, Any]:
+    """The HF processor's audio arguments as vLLM's chat path makes them: each clip as decoded
+    (vLLM's loader: channels averaged), resampled by torchaudio's `Resample` at its defaults
+    to the feature extractor's rate (vLLM's `resample_audio_torchaudio`, oneDNN off as there),
+    with the rate and, for Qwen2-Audio, `truncation=True` (its vLLM processor's kwargs)."""
+    import torch
+    import torchaudio
+
+    rate = processor.settings.sampling_rate
+    samples = []
+    for clip in clips:
+        mono = clip.mono()
+        if clip.sample_rate != rate:
+            # (torch warns of TF32 on Intel GPUs whenever the flags are set)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                with torch.backends.mkldnn.flags(enabled=False):
+                    resampler = torchaudio.transforms.Resample(clip.sample_rate, rate)
+                    mono = resampler(torch.as_tensor(mono, dtype=torch.float32)).numpy()
+        samples.append(mono)
+    kwargs: dict[str, Any] = {"audio": samples, "sampling_rate": rate}
+    if processor.truncate:
+        kwargs["truncation"] = True
+    return kwargs
+
+
+def _vllm_audio_layout(out: Any) -> dict[str, Any]:
+    """Qwen2.5-Omni's audio tensors as vLLM's processor makes them of the HF processor's
+    (`_postprocess_hf_mm_data`): each clip's real frames, frame-major and concatenated (the
+    gateway's `input_audio_features` layout on the wire), and their counts."""
+    features, mask = out.get("input_features"), out.get("feature_attention_mask")
+    if features is None or mask is None:
+        return {}
+    return {
+        "input_audio_features": features.permute(0, 2, 1)[mask.bool()],
+        "audio_feature_lengths": mask.sum(-1),
+    }
 
 
 def _frames(clip: DecodedClip) -> Any:
@@ -311,21 +378,28 @@ def print_human(report: dict[str, Any]) -> None:
             print(f"  {f'image {i}':13}{image['mime']}  {image['bytes']} bytes")
         for i, video in enumerate(report["referred_videos"]):
             print(f"  {f'video {i}':13}{video['mime']}  {video['bytes']} bytes")
-    videos = iter(report["videos"])
+        for i, clip in enumerate(report["audio"]):
+            print(f"  {f'audio {i}':13}{_clip_line(clip)}")
+    videos, clips = iter(report["videos"]), iter(report["audio"])
     for part in report["parts"]:
-        _print_part(part, videos)
-    for i, a in enumerate(report["audio"]):
-        print(
-            f"  {f'audio {i}':13}{a['format']}  {a['sample_rate']} Hz  {a['channels']} channel(s)"
-            f"  {a['seconds']:g} s  {a['bytes']} bytes"
-        )
+        _print_part(part, videos, clips)
     if "compare_hf" in report:
         print(f"transformers:  {json.dumps(report['compare_hf'])}")
 
 
-def _print_part(part: dict[str, Any], videos: Iterator[dict[str, Any]]) -> None:
+def _clip_line(clip: Mapping[str, Any]) -> str:
+    return (
+        f"{clip['format']}  {clip['sample_rate']} Hz  {clip['channels']} channel(s)"
+        f"  {clip['seconds']:g} s  {clip['bytes']} bytes"
+    )
+
+
+def _print_part(
+    part: dict[str, Any], videos: Iterator[dict[str, Any]], clips: Iterator[dict[str, Any]]
+) -> None:
     modality = part["modality"]
-    print(f"{modality + 's:':15}processor {part['processor']}  (wire dtype {part['wire_dtype']})")
+    heading = "audio:" if modality == "audio" else f"{modality}s:"
+    print(f"{heading:15}processor {part['processor']}  (wire dtype {part['wire_dtype']})")
     for name, t in part["tensors"].items():
         values = f"[{t['min']:g}, {t['max']:g}]"
         print(f"  tensor       {name:18} {t['dtype']:8} {t['shape']}  {values}")
@@ -336,6 +410,8 @@ def _print_part(part: dict[str, Any], videos: Iterator[dict[str, Any]]) -> None:
             v = next(videos)
             clip = f"of {v['total_frames']} at {v['fps']:g} fps, {v['size'][0]}x{v['size'][1]}"
             print(f"    frames     {v['frames']} {clip}")
+        elif modality == "audio":
+            print(f"    decoded    {_clip_line(next(clips))}")
     print(
         f"  layout       batched {part['batched_keys']}  flat {part['flat_keys']}"
         f"  keep_on_cpu {part['keep_on_cpu_keys']}  im_token_id {part['im_token_id']}"

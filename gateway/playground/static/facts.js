@@ -78,8 +78,8 @@ export function factRows(reply, index, kind = "image") {
   const tokens = markers > 0 ? `${item.tokens} (${markers} of them markers)` : `${item.tokens}`;
   rows.push(["tokens", tokens]);
   // (a video's too: the API names its frames' patches pixel_values, as they travel; a clip's
-  // features are input_features)
-  for (const name of ["pixel_values", "input_features"]) {
+  // features are input_features, Qwen2.5-Omni's input_audio_features: its clips' frames)
+  for (const name of ["pixel_values", "input_features", "input_audio_features"]) {
     const tensor = item.tensors[name];
     if (tensor) rows.push([name, `[${tensor.shape.join(", ")}] ${tensor.dtype}`]);
   }

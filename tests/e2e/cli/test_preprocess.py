@@ -224,3 +224,40 @@ def test_compare_hf_for_every_family_since_wave_2a(family, pixels, tmp_path):
     assert max(diffs.values()) <= (0.0 if pixels == "uint8" else 1e-5), diffs
     # the rest are the wire's own sizes tensors, which transformers does not produce
     assert all("not produced by transformers" in v for v in compared.values() if isinstance(v, str))
+
+
+# Our features against transformers' on the samples torchaudio resampled: the extractor's error
+# (float64 here, float32 torch there) plus the resampler's last bits, as in
+# tests/unit/multimodal/processors/test_audio_families.py (measured at most 2.1e-5 there; 2.2e-5
+# on the WAV here, 4.0e-5 on the resampled FLAC, two pure tones with very quiet mel bins).
+AUDIO_ATOL = 5e-5
+
+
+@pytest.mark.parametrize("family", ["qwen2_audio", "qwen25_omni"])
+def test_compare_hf_for_audio(family, tmp_path):
+    """`--compare-hf` on a 16 kHz mono WAV and a 44.1 kHz stereo FLAC (resampled, as vLLM's
+    chat path resamples, by torchaudio): the prompt ids equal transformers' (its processor
+    expands each clip's <|AUDIO|> itself), every audio tensor is there and within AUDIO_ATOL
+    (Omni's as vLLM lays out transformers': each clip's real frames, and their counts), the
+    integer ones exact."""
+    from tests.support import qwen2_audio_models, qwen25_omni_models
+    from tests.unit.gateway.api.test_preprocess_audio import clip
+
+    build = {"qwen2_audio": qwen2_audio_models, "qwen25_omni": qwen25_omni_models}[family]
+    model = build.build_model(tmp_path / family)
+    mono, stereo = tmp_path / "mono.wav", tmp_path / "stereo.flac"
+    mono.write_bytes(clip(2.0, 16000, 1))
+    stereo.write_bytes(clip(1.3, 44100, 2, "FLAC"))
+    args = ["--model", str(model), "--audio", str(mono), "--audio", str(stereo)]
+    result = run_cli(*args, "--json", "--compare-hf")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["processed_by"] == "gateway"
+    compared = report["compare_hf"]
+    assert compared["prompt_ids_equal"] is True
+    audio = compared["audio"]
+    assert set(audio) == set(report["parts"][0]["tensors"])  # every tensor compared
+    assert all(isinstance(v, dict) and v["dtype_equal"] for v in audio.values()), audio
+    features = "input_features" if family == "qwen2_audio" else "input_audio_features"
+    assert audio[features]["max_abs_diff"] <= AUDIO_ATOL, audio
+    assert all(v["max_abs_diff"] == 0.0 for k, v in audio.items() if k != features), audio

@@ -2,8 +2,9 @@
 tests/support/browser.py) against the real gateway over a real worker (the tiny Qwen2-VL on
 vLLM's CPU engine): images attached by picker, paste and drop with what the gateway made of
 each, a video with the frames its loader picked and its preview, other files refused by name,
-audio (on the tiny Qwen2-Audio, through the worker fallback) attached as a WAV file or recorded
-from Chromium's fake microphone, each with its player and facts, and answered by the model,
+audio (on the tiny Qwen2-Audio, preprocessed by the gateway and, with `--mm-processing worker`,
+by the worker) attached as a WAV file or recorded from Chromium's fake microphone, each with its
+player and facts, and answered by the model alike down both paths,
 streamed answers with their usage, stopping one (the engine lets the request go), the API
 reference made from the gateway's own OpenAPI document, the API's errors, the keyboard alone,
 a phone's width, the API key. After every test, no request of the page went anywhere but the
@@ -610,7 +611,7 @@ def test_the_api_key_is_asked_for_and_kept_in_the_tab_only(browser, vision_model
         keyed.stop()
 
 
-# ---- audio: the tiny Qwen2-Audio, through the worker fallback ----
+# ---- audio: the tiny Qwen2-Audio, preprocessed by the gateway or by the worker ----
 
 AUDIO_MODEL = "tiny-qwen2-audio"
 SOUND_QUESTION = "What do you hear?"
@@ -624,23 +625,42 @@ def audio_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def audio_gateway(audio_model, tmp_path_factory):
-    """No audio processor in the gateway for Qwen2-Audio: the worker preprocesses the clips
-    (`mmgate engine --mm-processor inprocess`), as tests/e2e/gateway/test_audio_fallback.py
-    shows equal to vLLM's own server."""
-    logs = tmp_path_factory.mktemp("playground-audio")
+def audio_worker(audio_model, tmp_path_factory):
+    """A worker that preprocesses media too (`mmgate engine --mm-processor inprocess`): it takes
+    the gateway's tensors and, from a gateway with `--mm-processing worker`, the clips."""
+    log = tmp_path_factory.mktemp("playground-audio-worker") / "worker.log"
     engine = {"max_model_len": 2048, "limit_mm_per_prompt": {"audio": 2}}
-    worker = WorkerProcess(audio_model, logs / "worker.log", mm_processor="inprocess", **engine)
+    worker = WorkerProcess(audio_model, log, mm_processor="inprocess", **engine)
     try:
-        worker.wait_ready()
-        served = ("--served-model-name", AUDIO_MODEL)
-        gateway = GatewayProcess(audio_model, [worker.address], logs / "gateway.log", *served)
-        try:
-            yield gateway.wait_ready()
-        finally:
-            gateway.stop()
+        yield worker.wait_ready()
     finally:
         worker.stop()
+
+
+def _audio_gateway(audio_model, audio_worker, tmp_path_factory, mode: str):
+    log = tmp_path_factory.mktemp(f"playground-audio-{mode}") / "gateway.log"
+    args = ("--served-model-name", AUDIO_MODEL, "--mm-processing", mode)
+    gateway = GatewayProcess(audio_model, [audio_worker.address], log, *args)
+    try:
+        yield gateway.wait_ready()
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def audio_gateway(audio_model, audio_worker, tmp_path_factory):
+    """As served by default (auto): the gateway has Qwen2-Audio's audio processor and makes
+    the clips' tensors itself (equal to vLLM's: tests/e2e/gateway/test_family_audio.py)."""
+    yield from _audio_gateway(audio_model, audio_worker, tmp_path_factory, "auto")
+
+
+@pytest.fixture(scope="module")
+def audio_worker_gateway(audio_model, audio_worker, tmp_path_factory):
+    """`--mm-processing worker`: the worker preprocesses the clips the gateway checked."""
+    yield from _audio_gateway(audio_model, audio_worker, tmp_path_factory, "worker")
+
+
+AUDIO_GATEWAYS = {"gateway": "audio_gateway", "worker": "audio_worker_gateway"}
 
 
 @pytest.fixture
@@ -649,6 +669,16 @@ def audio_page(browser, audio_gateway):
     record_chat_bodies(browser)
     yield browser
     assert_stayed_local(browser, audio_gateway.base_url)
+
+
+@pytest.fixture(params=list(AUDIO_GATEWAYS))
+def audio_path(request, browser):
+    """(who preprocesses, the page, its gateway): the playground on each audio gateway."""
+    gateway = request.getfixturevalue(AUDIO_GATEWAYS[request.param])
+    open_page(browser, gateway.base_url, AUDIO_MODEL)
+    record_chat_bodies(browser)
+    yield request.param, browser, gateway
+    assert_stayed_local(browser, gateway.base_url)
 
 
 def wav_bytes(seconds: float, rate: int = 16000) -> bytes:
@@ -664,6 +694,10 @@ def wav_bytes(seconds: float, rate: int = 16000) -> bytes:
         out.setframerate(rate)
         out.writeframes((samples * 32767).astype("<i2").tobytes())
     return buffer.getvalue()
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def record_chat_bodies(browser: Browser) -> None:
@@ -710,23 +744,46 @@ def ask_about_the_clip(page: Browser) -> tuple[str, re.Match]:
     return text_of(page, ".turn.assistant .answer"), usage
 
 
-def assert_the_model_answered_that_clip(gateway, part: dict, answer: str, usage) -> None:
-    """The same request through the API: the same prompt (the clip expanded by the worker) and
-    the same greedy answer as the page showed."""
+def assert_the_model_answered_that_clip(gateways, part: dict, answer: str, usage) -> None:
+    """The same request through the API of each gateway, the one preprocessing the clip and
+    the one leaving it to the worker: the same prompt (the clip expanded alike) and the same
+    greedy answer as the page showed."""
     content = [part, {"type": "text", "text": SOUND_QUESTION}]
     body = {
         "messages": [{"role": "user", "content": content}],
         "max_tokens": 8,
         "temperature": 0,
     }
-    reply = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=120)
-    assert reply.status_code == 200, reply.text
-    assert reply.json()["usage"]["prompt_tokens"] == int(usage[1])
-    assert reply.json()["choices"][0]["message"]["content"] == answer
+    for gateway in gateways:
+        reply = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=120)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["prompt_tokens"] == int(usage[1])
+        assert reply.json()["choices"][0]["message"]["content"] == answer
 
 
-def test_an_audio_file_is_attached_with_a_player_and_answered(audio_page, audio_gateway, tmp_path):
-    page = audio_page
+# What a card shows of the 1.25 s 16 kHz clip below, by who preprocesses it: the gateway's
+# processor and tensors ((L-1)//2+1-2)//2+1 = 31 tokens for its L = 125 mel frames, and a
+# [128, 3000] input_features, the 30 s window, in the float32 the CPU engine takes), or the
+# worker's; the clip's own facts either way.
+CLIP_FACTS = {"format": "wav", "decoded": "16000 Hz, mono", "duration": "1.25 s"}
+AUDIO_CARDS = {
+    "gateway": {
+        "processor": "qwen2_audio",
+        **CLIP_FACTS,
+        "tokens": "31",
+        "input_features": "[128, 3000] float32",
+    },
+    "worker": {
+        "processor": "the engine worker's (none for this model in the gateway)",
+        **CLIP_FACTS,
+    },
+}
+
+
+def test_an_audio_file_is_attached_with_a_player_and_answered(
+    audio_path, audio_gateway, audio_worker_gateway, tmp_path
+):
+    who, page, _ = audio_path
     # The model takes audio only: the picker and the button say so, and it can record.
     assert find(page, "#file").get_attribute("accept") == "audio/*"
     assert find(page, "#attach").text == "Add audio…"
@@ -736,12 +793,7 @@ def test_an_audio_file_is_attached_with_a_player_and_answered(audio_page, audio_
     attach(page, path)
     (card,) = composer_cards(page, 1)
     assert "audio" in card.get_attribute("class").split()
-    assert facts(card) == {
-        "processor": "the engine worker's (none for this model in the gateway)",
-        "format": "wav",
-        "decoded": "16000 Hz, mono",
-        "duration": "1.25 s",
-    }
+    assert facts(card) == AUDIO_CARDS[who]
     assert "tone.wav" in card.text and f"{path.stat().st_size / 1024:.1f} KB" in card.text
     scheme, seconds = page.wait(lambda _: player_of(page, "#attachments audio"), what="player")
     assert scheme == "blob" and abs(seconds - 1.25) < 0.01
@@ -751,13 +803,15 @@ def test_an_audio_file_is_attached_with_a_player_and_answered(audio_page, audio_
     part = sent_audio_part(page)
     data = base64.b64encode(path.read_bytes()).decode()
     assert part == {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
-    assert_the_model_answered_that_clip(audio_gateway, part, answer, usage)
+    assert_the_model_answered_that_clip((audio_gateway, audio_worker_gateway), part, answer, usage)
     # The sent turn keeps the clip, its facts and its player.
-    assert facts(find(page, ".turn.user .audio"))["duration"] == "1.25 s"
+    assert facts(find(page, ".turn.user .audio")) == AUDIO_CARDS[who]
     assert page.wait(lambda _: player_of(page, ".turn.user audio"), what="player")[0] == "blob"
 
 
-def test_a_recording_from_the_microphone_reaches_the_model(audio_page, audio_gateway):
+def test_a_recording_from_the_microphone_reaches_the_model(
+    audio_page, audio_gateway, audio_worker_gateway
+):
     page = audio_page
     record = find(page, "#record")
     record.click()
@@ -785,6 +839,12 @@ def test_a_recording_from_the_microphone_reaches_the_model(audio_page, audio_gat
     samples = np.frombuffer(frames, "<i2") / 32768
     assert f"{rate} Hz" in shown["decoded"]
     assert abs(samples.size / rate - recorded) < 0.002
+    # The gateway preprocessed it: ((L-1)//2+1-2)//2+1 tokens for L = its 10 ms mel frames at
+    # 16 kHz, after resampling (torchaudio's length: ceil(samples x 16000 / rate)).
+    frames = ceil_div(ceil_div(samples.size * 16000, rate), 160)
+    assert shown["processor"] == "qwen2_audio"
+    assert shown["tokens"] == str(((frames - 1) // 2 + 1 - 2) // 2 + 1)
+    assert shown["input_features"] == "[128, 3000] float32"
     # Not silence: the fake microphone's tone and beeps were recorded.
     assert np.abs(samples).max() > 0.05
-    assert_the_model_answered_that_clip(audio_gateway, part, answer, usage)
+    assert_the_model_answered_that_clip((audio_gateway, audio_worker_gateway), part, answer, usage)
