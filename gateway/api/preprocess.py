@@ -36,10 +36,10 @@ from gateway.api.protocol import (
 from gateway.errors import GatewayError, check_model, parse_body
 from gateway.render.prompt import Prompt, PromptBuilder
 from gateway.workers.worker import WorkerFacts
-from multimodal.audio import LoadedAudio, load_audio, probe_audio
+from multimodal.audio import LoadedAudio, load_audio, probe_audio, sniff_audio
 from multimodal.item_facts import item_grid, item_tensors, placeholder_counts
 from multimodal.media import LoadedImage, MediaPolicy
-from multimodal.pipeline import LoadedItem, PreparedItems
+from multimodal.pipeline import AudioItem, LoadedItem, PreparedItems
 from multimodal.placeholders import known_modalities
 from multimodal.video import LoadedVideo
 from protos import common_pb2
@@ -69,7 +69,8 @@ class PreprocessService:
         facts: dict[str, list] = _no_facts()
         ids = rendered.token_ids
         if rendered.media:
-            if self.prompts.by_worker(rendered):
+            # (as chat decides it for a pool of workers like the one whose facts these are)
+            if self.prompts.by_worker(rendered, self.facts.takes_audio_mm_inputs):
                 processed_by, prompt = "worker", await self.prompts.refer(request, rendered)
                 policy = self.prompts.media_policy
                 facts = await asyncio.to_thread(referred_facts, prompt.media_refs.items, policy)
@@ -156,6 +157,8 @@ def _item_facts(
     }
     if isinstance(item, LoadedVideo):
         return _video_facts(item, common)
+    if isinstance(item, AudioItem):  # decoded by the pipeline: its container sniffed here
+        item = LoadedAudio(item.pixels, item.data, sniff_audio(item.data) or "audio/unknown")
     if isinstance(item, LoadedAudio):
         return AudioFacts(**common, mime=item.mime, **audio_facts(item))
     assert isinstance(item, LoadedImage)

@@ -1,7 +1,8 @@
-"""POST /v1/preprocess's service with audio: on the tiny Qwen2-Audio (no audio processor in the
-gateway yet, so its workers preprocess the clips) each clip is labelled audio with its container,
-rate, channels, length and bytes, as decoded; a clip the gateway preprocesses is reported by its
-tensors as an image is; the media a model takes are named for the playground."""
+"""POST /v1/preprocess's service with audio: on the tiny Qwen2-Audio each clip is labelled audio
+with its container, rate, channels, length and bytes, as decoded, whether its workers preprocess
+it (facts without the `audio_mm_inputs` capability, as SMG's servicer's) or the gateway does; a
+clip the gateway preprocesses is reported by its tensors as an image is; the media a model takes
+are named for the playground."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from multimodal.media import MediaPolicy
 from multimodal.pipeline import Prepared, PreparedItems
 from multimodal.processors.base import ProcessedItems
 from multimodal.registry import processors_for
+from protos import extensions
 from tests.unit.gateway.api.test_preprocess import facts
 
 
@@ -85,6 +87,23 @@ def test_clips_a_worker_preprocesses_are_labelled_audio_with_their_facts(qwen2_a
     assert (second["sample_rate"], second["channels"], second["seconds"]) == (44100, 2, 1.5)
     # the worker expands the placeholders: nothing of the model's is known here
     assert first["tensors"] == {} and first["tokens"] is None and first["placeholder"] is None
+
+
+def test_clips_the_gateway_preprocesses_are_reported_with_their_tensors(qwen2_audio_model):
+    """With workers that take preprocessed audio (mmgate's engine advertises it), the gateway
+    preprocesses Qwen2-Audio's clips itself; without (the facts above: SMG's servicer), the
+    worker does, as chat decides it."""
+    mono = clip(1.0, 16000, 1)
+    part = {"type": "input_audio", "input_audio": {"data": b64(mono), "format": "wav"}}
+    ours = service(qwen2_audio_model, extensions=frozenset({extensions.TAKES_AUDIO_MM_INPUTS}))
+    reply = ask(ours, [part])
+    assert (reply["processed_by"], reply["audio_family"]) == ("gateway", "qwen2_audio")
+    (audio,) = reply["audio"]
+    assert (audio["format"], audio["mime"], audio["bytes"]) == ("wav", "audio/wav", len(mono))
+    assert (audio["sample_rate"], audio["channels"], audio["seconds"]) == (16000, 1, 1.0)
+    assert audio["tokens"] == 25  # ((L-1)//2+1-2)//2+1 for L = 100 mel frames
+    assert audio["tensors"]["input_features"]["shape"] == [128, 3000]
+    assert ask(service(qwen2_audio_model), [part])["processed_by"] == "worker"
 
 
 @pytest.mark.parametrize(("fmt", "mime"), [("MP3", "audio/mpeg"), ("OGG", "audio/ogg")])
