@@ -152,10 +152,11 @@ def server_info(vllm_config: Any, state: dict[str, Any]) -> pb.GetServerInfoResp
 def capabilities(vllm_config: Any) -> set[str]:
     """mmgate's wire additions this worker applies (protos/extensions.py). The thinking
     budget only where vLLM enforces it: a reasoning config whose token ids resolved (vLLM's
-    input processor refuses a budget otherwise); allowed token ids always."""
+    input processor refuses a budget otherwise); allowed token ids and preprocessed audio
+    always."""
     reasoning = getattr(vllm_config, "reasoning_config", None)
     enforced = reasoning is not None and reasoning.enabled
-    names = {extensions.TAKES_ALLOWED_TOKEN_IDS}
+    names = {extensions.TAKES_ALLOWED_TOKEN_IDS, extensions.TAKES_AUDIO_MM_INPUTS}
     return names | {extensions.ENFORCES_THINKING_BUDGET} if enforced else names
 
 

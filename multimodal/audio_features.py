@@ -17,6 +17,11 @@ for the released Qwen2.5-Omni, whose chunk_length is 300) and return the attenti
 Qwen2-Audio truncates past 30 s (vLLM passes `truncation=True`), Qwen2.5-Omni does not (vLLM's
 processor passes `truncation=False` to every modality, and Omni does not override it), so a 31 s
 clip there gives 3,100 real frames (of 30,000) and 775 audio tokens.
+
+The padding is never built: a frame whose window holds only zeros has the floor's value (then
+the clamp), so only the frames up to the last that touches a nonzero sample are transformed.
+For Omni's 300 s that cut a 5 s clip from ~45 ms (mostly log10 and temporaries over 30,000
+frames) to ~1 ms (benchmarks/RESULTS.md, "Audio features").
 """
 
 from __future__ import annotations
@@ -104,44 +109,83 @@ def _filter_bands(num_mel_filters: int) -> tuple[tuple[int, int, npt.NDArray[np.
     return tuple(bands)
 
 
-def log_mel_spectrogram(
-    waveform: npt.NDArray[np.floating], num_mel_filters: int
-) -> npt.NDArray[np.float32]:
-    """[num_mel_filters, len // 160] features of one (already padded) float32 waveform."""
-    x = np.asarray(waveform, dtype=np.float32).astype(np.float64)
-    if x.ndim != 1 or x.shape[0] <= N_FFT // 2:
-        # torch.stft's reflect padding needs more samples than the pad; padded input always has.
-        raise ValueError(f"need a 1-D waveform longer than {N_FFT // 2} samples, got {x.shape}")
-    padded = np.pad(x, N_FFT // 2, mode="reflect")
-    frames = 1 + (padded.shape[0] - N_FFT) // HOP_LENGTH - 1  # the last frame is dropped
-    # Frames that start past the last nonzero sample (the 30 s padding of a short clip) are all
-    # zeros: their power is exactly 0 in torch too, so their mel energy is exactly 0 (then the
-    # 1e-10 floor). Transform only the others.
-    nonzero = padded[::-1] != 0
-    last = padded.shape[0] - 1 - int(nonzero.argmax())  # argmax stops at the first True
-    live = min(frames, last // HOP_LENGTH + 1) if nonzero.any() else 0
+def _last_nonzero(clip: npt.NDArray[np.float32]) -> int:
+    """Index of the clip's last nonzero sample, -1 if it is all zeros."""
+    nonzero = clip[::-1] != 0
+    return clip.shape[0] - 1 - int(nonzero.argmax()) if nonzero.any() else -1
+
+
+def _live_log_mel(
+    clip: npt.NDArray[np.float32], total: int, num_mel_filters: int
+) -> npt.NDArray[np.float64]:
+    """log10 mel energies (floored at 1e-10) [bins, live] of the first frames of `clip`
+    zero-padded to `total` samples, up to the last that touches a nonzero sample.
+
+    Frame f is the window over samples [160 f - 200, 160 f + 200) of the reflect-padded signal.
+    Once a frame starts past the last nonzero sample it sees zeros only, up to the end: the
+    reflection at the end mirrors the signal's last 200 samples, which are then zeros too (a
+    frame near the end can only see a nonzero through it if that sample is within 201 of the
+    end, and then every frame is live). An all-zero frame's power is exactly 0 in torch too,
+    so such frames are left out here and their value is the 1e-10 floor: log10 = -10.
+    """
+    frames = total // HOP_LENGTH  # 1 + total // 160 frames of the padded STFT, the last dropped
+    last = _last_nonzero(clip)
+    live = 0 if last < 0 else min(frames, (last + N_FFT // 2) // HOP_LENGTH + 1)
+    if live == 0:
+        return np.zeros((num_mel_filters, 0))
+    # Only the samples the live frames reach (and the rest of one more hop, harmlessly).
+    span = min(total, live * HOP_LENGTH + N_FFT)
+    signal = np.zeros(span)
+    kept = min(span, clip.shape[0])
+    signal[:kept] = clip[:kept]
+    # Reflect at the start always; at the end only if the span reaches it (else no live
+    # frame reads past the span's end: see above).
+    signal = np.pad(signal, (N_FFT // 2, N_FFT // 2 if span == total else 0), mode="reflect")
     view = np.lib.stride_tricks.as_strided(
-        padded,
+        signal,
         shape=(live, N_FFT),
-        strides=(HOP_LENGTH * padded.strides[0], padded.strides[0]),
+        strides=(HOP_LENGTH * signal.strides[0], signal.strides[0]),
         writeable=False,
     )
     spectrum = np.fft.rfft(view * _hann_window(), axis=1)
     power = np.ascontiguousarray((spectrum.real**2 + spectrum.imag**2).T)  # [201, live]
-    mel = np.zeros((num_mel_filters, frames))
+    mel = np.empty((num_mel_filters, live))
     for row, (lo, hi, weights) in enumerate(_filter_bands(num_mel_filters)):
-        mel[row, :live] = weights @ power[lo:hi]
-    log_spec = np.log10(np.maximum(mel, 1e-10))
-    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
-    return ((log_spec + 4.0) / 4.0).astype(np.float32)
+        mel[row] = weights @ power[lo:hi]
+    np.maximum(mel, 1e-10, out=mel)
+    return np.log10(mel, out=mel)
 
 
 @dataclass(frozen=True)
 class AudioFeatures:
-    """One clip's processor outputs: what the HF processor returns for it, unbatched."""
+    """One clip's processor outputs: what the HF processor returns for it, unbatched.
 
-    input_features: npt.NDArray[np.float32]  # [num_mel_filters, frames]
+    The features are held as the frames that touch real samples (`live`) and the one value of
+    every frame after them (`fill`: all-zero input, so the floor, clamped): Omni pads every clip
+    to 300 s, 30,000 frames, and sends only the real ones; building them all (15 MB of float32
+    for a 5 s clip) was most of its cost. `input_features` builds the full array.
+    """
+
+    live: npt.NDArray[np.float32]  # [num_mel_filters, live frames]
+    fill: np.float32  # every frame after `live`
     feature_attention_mask: npt.NDArray[np.int32]  # [frames]; 1 for frames of real audio
+
+    @property
+    def frames(self) -> int:
+        return self.feature_attention_mask.shape[0]
+
+    @property
+    def input_features(self) -> npt.NDArray[np.float32]:
+        """[num_mel_filters, frames]: the extractor's `input_features` for the clip."""
+        return self.first_frames(self.frames)
+
+    def first_frames(self, count: int) -> npt.NDArray[np.float32]:
+        """[num_mel_filters, count]: the first `count` frames (a new array)."""
+        out = np.empty((self.live.shape[0], count), dtype=np.float32)
+        head = min(count, self.live.shape[1])
+        out[:, :head] = self.live[:, :head]
+        out[:, head:] = self.fill
+        return out
 
     @property
     def feature_length(self) -> int:
@@ -159,31 +203,25 @@ def audio_token_count(feature_length: int) -> int:
     return ((feature_length - 1) // 2 + 1 - 2) // 2 + 1
 
 
-def pad_or_truncate(
-    audio: npt.NDArray[np.floating], *, truncate: bool, chunk_samples: int = CHUNK_SAMPLES
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int32]]:
-    """The clip right-padded with zeros to `chunk_samples` (the extractor's `n_samples`: 30 s
-    unless its chunk_length says otherwise), or cut to it if `truncate`, and the per-frame
-    attention mask, as `padding="max_length"` and `return_attention_mask=True` make them.
+def padded_length(samples: int, *, truncate: bool, chunk_samples: int = CHUNK_SAMPLES) -> int:
+    """The samples a clip of `samples` becomes under `padding="max_length"` to the extractor's
+    `n_samples` (`chunk_samples`: 30 s unless its chunk_length says otherwise): exactly that
+    if `truncate`, else at least that (a longer clip is kept whole)."""
+    return chunk_samples if truncate else max(samples, chunk_samples)
 
-    transformers samples the per-sample mask every 160 samples and, when the padded length is
-    not a multiple of 160, drops the last entry so it matches the frames kept: for a clip past
-    30 s that is not cut, the mask has len // 160 entries, not ceil(len / 160).
+
+def attention_mask(samples: int, total: int) -> npt.NDArray[np.int32]:
+    """The per-frame mask `return_attention_mask=True` gives for `samples` real samples padded
+    (or cut) to `total`.
+
+    transformers samples its per-sample mask every 160 samples (entry k is sample 160 k's) and,
+    when `total` is not a multiple of 160, drops the last entry so it matches the frames kept:
+    total // 160 entries either way (for a clip past 30 s that is not cut, not ceil(len / 160)),
+    the first ceil(samples / 160) of them ones.
     """
-    x = np.asarray(audio, dtype=np.float32)
-    if x.ndim != 1:
-        raise ValueError(f"expected mono audio (1-D), got shape {x.shape}")
-    if truncate:
-        x = x[:chunk_samples]
-    valid = x.shape[0]
-    if valid < chunk_samples:
-        x = np.pad(x, (0, chunk_samples - valid))
-    sample_mask = np.zeros(x.shape[0], dtype=np.int32)
-    sample_mask[:valid] = 1
-    mask = sample_mask[::HOP_LENGTH]
-    if x.shape[0] % HOP_LENGTH:
-        mask = mask[:-1]
-    return x, np.ascontiguousarray(mask)
+    mask = np.zeros(total // HOP_LENGTH, dtype=np.int32)
+    mask[: -(-samples // HOP_LENGTH)] = 1
+    return mask
 
 
 def extract_features(
@@ -197,7 +235,23 @@ def extract_features(
 
     `truncate`: True for Qwen2-Audio (and Whisper), False for Qwen2.5-Omni, as vLLM calls them.
     `chunk_samples`: the extractor's `n_samples` (chunk_length x 16 kHz), what a clip is padded
-    to: 30 s for Qwen2-Audio, 300 s for the released Qwen2.5-Omni.
+    to: 30 s for Qwen2-Audio, 300 s for the released Qwen2.5-Omni. The padding itself is never
+    built: only the frames that touch real samples are transformed.
     """
-    padded, mask = pad_or_truncate(audio, truncate=truncate, chunk_samples=chunk_samples)
-    return AudioFeatures(log_mel_spectrogram(padded, num_mel_filters), mask)
+    clip = np.asarray(audio, dtype=np.float32)
+    if clip.ndim != 1:
+        raise ValueError(f"expected mono audio (1-D), got shape {clip.shape}")
+    total = padded_length(clip.shape[0], truncate=truncate, chunk_samples=chunk_samples)
+    if total <= N_FFT // 2:
+        # torch.stft's reflect padding needs more samples than the pad; padded input always has.
+        raise ValueError(f"need more than {N_FFT // 2} samples after padding, got {total}")
+    clip = clip[:total]
+    log_mel = _live_log_mel(clip, total, num_mel_filters)
+    # The clamp is per clip, over every frame: the padding's -10 counts when there is padding
+    # (it can only lower the max when nothing is live, where the max is that -10).
+    top = float(log_mel.max()) if log_mel.size else -10.0
+    floor = top - 8.0
+    np.maximum(log_mel, floor, out=log_mel)
+    live = ((log_mel + 4.0) / 4.0).astype(np.float32)
+    fill = np.float32((max(-10.0, floor) + 4.0) / 4.0)
+    return AudioFeatures(live, fill, attention_mask(clip.shape[0], total))

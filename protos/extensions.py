@@ -56,7 +56,6 @@ def thinking_token_budget(metadata: Sequence[tuple[str, Any]] | None) -> int | N
     return None
 
 
-
 # Generate call metadata: vLLM's SamplingParams.allowed_token_ids (comma-separated decimal ids),
 # the only tokens the engine may sample. Whisper's language detection, as vLLM's speech-to-text
 # server runs it, restricts its one token to the language tokens: a logit bias cannot do that
@@ -64,6 +63,14 @@ def thinking_token_budget(metadata: Sequence[tuple[str, Any]] | None) -> int | N
 ALLOWED_TOKEN_IDS = "mmgate-allowed-token-ids"
 # Its capability name in CAPABILITIES.
 TAKES_ALLOWED_TOKEN_IDS = "allowed_token_ids"
+
+# The worker takes audio the gateway preprocessed: mm_inputs of modality AUDIO (Whisper
+# features, their int32 mask, Omni's lengths; engine_server/mm_inputs.py lays them out).
+# Every mmgate engine advertises it. SMG's upstream servicer does not take them (it answers
+# 400 "Unsupported proto tensor dtype: 'int32'", and would read them as images): a gateway
+# preprocesses audio only for workers that advertise this, and on auto refers the clips to
+# the worker (media_refs) when none does.
+TAKES_AUDIO_MM_INPUTS = "audio_mm_inputs"
 
 
 def allowed_token_ids_metadata(ids: Sequence[int] | None) -> tuple[tuple[str, str], ...]:
@@ -81,6 +88,7 @@ def allowed_token_ids(metadata: Sequence[tuple[str, Any]] | None) -> list[int] |
                 raise ValueError(f"{ALLOWED_TOKEN_IDS} must be comma-separated token ids")
             return [int(p) for p in parts]
     return None
+
 
 # ---- send each item once (issue 29): the worker keeps preprocessed items by hash ----
 # Its capability name in CAPABILITIES; GetServerInfo's trailing metadata then also carries the

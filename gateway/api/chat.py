@@ -85,20 +85,31 @@ class ChatService:
         parsing = plan_parsing(
             self.parsing, request, lambda: self.token_strings(rendered.token_ids), self.vocab
         )
-        by_worker = self.prompts.by_worker(rendered)
+        # Audio the gateway preprocesses goes only to workers that take it (SMG's servicer
+        # does not); on auto, with none in the pool, the clips go to a worker as media_refs.
+        audio = any(item.modality == "audio" for item in rendered.media)
+        by_worker = self.prompts.by_worker(
+            rendered, audio_inputs=not audio or self.pool.any_takes_audio_inputs()
+        )
+        audio_inputs = audio and not by_worker
         budget = request.thinking_token_budget is not None
         pixels = self.pool.shared_pixels() if rendered.media and not by_worker else None
         if pixels is not None:
             # Preprocessed before the pick (every worker takes these pixels): cache-aware
             # routing then keys the blocks holding an item by the item's hash, as vLLM does.
             prompt = await self.prompts.expand(request, pixels, rendered)
-            worker = self.pool.pick(prompt.ids, thinking_budget=budget, mm=prompt.mm_spans())
+            worker = self.pool.pick(
+                prompt.ids, thinking_budget=budget, mm=prompt.mm_spans(), audio_inputs=audio_inputs
+            )
             facts = worker.facts
             if facts.pixels != pixels:  # a worker came or went meanwhile
                 prompt = await self.prompts.expand(request, facts.pixels, rendered)
         else:
             worker = self.pool.pick(
-                rendered.token_ids, media_refs=by_worker, thinking_budget=budget
+                rendered.token_ids,
+                media_refs=by_worker,
+                thinking_budget=budget,
+                audio_inputs=audio_inputs,
             )
             facts = worker.facts
             if by_worker:
@@ -127,7 +138,7 @@ class ChatService:
             kv_transfer_params_json=kv_transfer.to_engine(request.kv_transfer_params),
         )
         # The pixels go out as fields appended to the serialized request, never copied into it.
-        return ChatRun(self, request, worker, generate, prompt, by_worker, parsing)
+        return ChatRun(self, request, worker, generate, prompt, by_worker, parsing, audio_inputs)
 
     def prepare(self, request: ChatCompletionRequest) -> None:
         """What `start` does to a request before rendering it (count_tokens renders it so)."""
@@ -196,6 +207,7 @@ class ChatRun:
         prompt: Prompt,
         by_worker: bool,
         parsing: ChatParsing | None,
+        audio_inputs: bool = False,
     ) -> None:
         self.service, self.request, self.parsing = service, request, parsing
         self.worker = worker  # the one first picked (its facts: the model's sampling defaults)
@@ -212,6 +224,7 @@ class ChatRun:
                 by_worker,
                 request.thinking_token_budget is not None,
                 prompt.mm_spans(),
+                audio_inputs,
             ),
             tail=service.prompts.tail(prompt),
         )

@@ -70,7 +70,8 @@ class PreprocessService:
         facts: dict[str, list] = _no_facts()
         ids = rendered.token_ids
         if rendered.media:
-            if self.prompts.by_worker(rendered):
+            # (as chat decides it for a pool of workers like the one whose facts these are)
+            if self.prompts.by_worker(rendered, self.facts.takes_audio_mm_inputs):
                 processed_by, prompt = "worker", await self.prompts.refer(request, rendered)
                 policy = self.prompts.media_policy
                 facts = await asyncio.to_thread(referred_facts, prompt.media_refs.items, policy)

@@ -175,14 +175,19 @@ class PromptBuilder:
             add_special_tokens=request.add_special_tokens,
         )
 
-    def by_worker(self, rendered: RenderedChat) -> bool:
+    def by_worker(self, rendered: RenderedChat, audio_inputs: bool = True) -> bool:
         """Whether the worker preprocesses the rendered prompt's media (`refer`), rather than
-        the gateway (`expand`)."""
+        the gateway (`expand`). `audio_inputs`: whether a worker takes audio preprocessed here
+        (mmgate's engine does, SMG's servicer does not); on auto, audio goes to the worker
+        when none does, as if the gateway had no processor for it."""
         if not rendered.media or self.mm_processing == "gateway":
             return False
         if self.mm_processing == "worker":
             return True
-        return any(item.modality not in self.processors.by_modality for item in rendered.media)
+        here = set(self.processors.by_modality)
+        if not audio_inputs:
+            here.discard("audio")
+        return any(item.modality not in here for item in rendered.media)
 
     async def refer(self, request: PromptRequest, rendered: RenderedChat) -> Prompt:
         """The unexpanded prompt and its media, checked, for a worker that preprocesses."""

@@ -36,6 +36,11 @@ NO_MEDIA_WORKER = (
     "processor for this model, or runs with --mm-processing worker), but no healthy worker "
     "does: start the workers with --mm-processor inprocess"
 )
+NO_AUDIO_INPUTS_WORKER = (
+    "this request's audio is for the gateway to preprocess (--mm-processing gateway), but no "
+    "healthy engine worker takes preprocessed audio (mmgate engine does; SMG's servicer does "
+    "not): use --mm-processing auto or worker with workers started with --mm-processor inprocess"
+)
 # vLLM's input processor's message for a budget its engine cannot enforce, then which
 # workers can: mmgate's, whose engine runs a reasoning parser (SMG's servicer takes none).
 NO_BUDGET_WORKER = (
@@ -223,10 +228,12 @@ class WorkerPool:
         media_refs: bool = False,
         thinking_budget: bool = False,
         mm: Sequence[MmSpan] = (),
+        audio_inputs: bool = False,
     ) -> Worker:
         """A worker for the request; `media_refs`: one that preprocesses media itself;
         `thinking_budget`: one that enforces a thinking budget; `mm`: the multimodal items of
-        `prompt_ids` (expanded), for cache-aware routing."""
+        `prompt_ids` (expanded), for cache-aware routing; `audio_inputs`: one that takes audio
+        the gateway preprocessed."""
         candidates = [w for w in self.workers.values() if w.eligible and w not in exclude]
         if like is not None:  # a retry: the request was prepared for `like`'s facts
             candidates = [w for w in candidates if _compatible(w.facts, like.facts)]
@@ -236,6 +243,10 @@ class WorkerPool:
             candidates = [w for w in candidates if w.facts.takes_media_refs]
             if not candidates:
                 raise GatewayError(NO_MEDIA_WORKER, 400, "messages")
+        if audio_inputs:
+            candidates = [w for w in candidates if w.facts.takes_audio_mm_inputs]
+            if not candidates:
+                raise GatewayError(NO_AUDIO_INPUTS_WORKER, 400, "messages")
         if thinking_budget:
             candidates = [w for w in candidates if w.facts.enforces_thinking_budget]
             if not candidates:
@@ -259,6 +270,7 @@ class WorkerPool:
         media_refs: bool = False,
         thinking_budget: bool = False,
         mm: Sequence[MmSpan] = (),
+        audio_inputs: bool = False,
     ) -> Worker | None:
         """Another worker for a request whose call failed before its first token, if any."""
         if len(failed) > self.options.retries:
@@ -271,6 +283,7 @@ class WorkerPool:
                 media_refs=media_refs,
                 thinking_budget=thinking_budget,
                 mm=mm,
+                audio_inputs=audio_inputs,
             )
         except GatewayError:
             return None
@@ -287,6 +300,10 @@ class WorkerPool:
 
     def any_healthy(self) -> bool:
         return any(w.eligible for w in self.workers.values())
+
+    def any_takes_audio_inputs(self) -> bool:
+        """Whether some eligible worker takes audio the gateway preprocessed."""
+        return any(w.eligible and w.facts.takes_audio_mm_inputs for w in self.workers.values())
 
     # ---- membership ----
 

@@ -77,6 +77,12 @@ class WorkerFacts:
         return extensions.ENFORCES_THINKING_BUDGET in self.extensions
 
     @property
+    def takes_audio_mm_inputs(self) -> bool:
+        """Whether the worker takes audio clips the gateway preprocessed (mmgate's does; SMG's
+        upstream servicer does not)."""
+        return extensions.TAKES_AUDIO_MM_INPUTS in self.extensions
+
+    @property
     def takes_allowed_token_ids(self) -> bool:
         """Whether the worker restricts sampling to the token ids a call's metadata lists."""
         return extensions.TAKES_ALLOWED_TOKEN_IDS in self.extensions

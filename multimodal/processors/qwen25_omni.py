@@ -73,8 +73,9 @@ class Qwen25OmniAudioProcessor(AudioProcessor):
         features = [clip_features(clip, settings) for clip in clips]
         counts = token_counts(features)
         lengths = [f.feature_length for f in features]
-        # The mask is a prefix of ones: a clip's real frames are its first `length`.
-        frames = [f.input_features[:, :n].T for f, n in zip(features, lengths)]
+        # The mask is a prefix of ones: a clip's real frames are its first `length`; the rest
+        # of its 300 s (never sent) is not built.
+        frames = [f.first_frames(n).T for f, n in zip(features, lengths)]
         return ProcessedItems(
             tensors={
                 FEATURES: np.ascontiguousarray(np.concatenate(frames)),

@@ -4,8 +4,10 @@ vLLM's own processor on it. On the tiny Qwen2-Audio, for `input_audio` and `audi
 16 kHz mono and 44.1 kHz stereo, WAV/FLAC/MP3/Ogg, one and two clips per prompt, the answers
 equal vLLM's own OpenAI server's: prompt token count, greedy text and each token's logprobs.
 The gateway on auto has Qwen2-Audio's processor, so it preprocesses the same clips itself
-(mm_inputs to the same worker) and must answer the same. Bad audio answers a 400 naming the
-clip, and the gateway keeps serving."""
+(mm_inputs to the same worker) and must answer the same. SMG's servicer takes no audio
+mm_inputs and does not advertise `audio_mm_inputs` as our worker does: an auto gateway in front
+of it refers the clips to it (media_refs) and answers the same too. Bad audio answers a 400
+naming the clip, and the gateway keeps serving."""
 
 from __future__ import annotations
 
@@ -131,7 +133,8 @@ def engines(model, tmp_path_factory):
 def gateways(model, engines, tmp_path_factory):
     """In front of our worker: one told to leave media to the worker (and to fetch from this
     host's test server), one on auto (which preprocesses Qwen2-Audio's clips itself) with a
-    short length limit; and one in front of SMG's servicer."""
+    short length limit; in front of SMG's servicer: one told to leave media to the worker, and
+    one on auto (which must notice that the servicer takes no preprocessed audio)."""
     logs = tmp_path_factory.mktemp("audio-gateways")
     ours, upstream = [engines["ours"].address], [engines["upstream"].address]
     private = ("--allow-private-media-networks", "127.0.0.0/8")
@@ -140,9 +143,8 @@ def gateways(model, engines, tmp_path_factory):
     started = {
         "worker": GatewayProcess(model, ours, logs / "worker.log", *worker_mode),
         "auto": GatewayProcess(model, ours, logs / "auto.log", *limit),
-        # worker mode said outright: on auto the gateway would preprocess Qwen2-Audio's clips
-        # itself, and SMG's servicer takes no audio mm_inputs
         "upstream": GatewayProcess(model, upstream, logs / "upstream.log", *worker_mode),
+        "upstream-auto": GatewayProcess(model, upstream, logs / "upstream-auto.log"),
     }
     try:
         yield {name: gateway.wait_ready() for name, gateway in started.items()}
@@ -174,9 +176,14 @@ def test_our_gateway_and_worker_answer_as_vllm(gateways, reference, model, case)
         )
 
 
-def test_our_gateway_drives_smg_s_servicer_in_worker_mode(gateways, reference, model):
+@pytest.mark.parametrize("mode", ["upstream", "upstream-auto"])
+def test_our_gateway_drives_smg_s_servicer_in_worker_and_auto_mode(
+    gateways, reference, model, mode
+):
+    """On auto too: SMG's servicer does not advertise that it takes preprocessed audio, so the
+    gateway refers the clips to it, though it has Qwen2-Audio's processor."""
     for case in ("two-clips", "flac-mp3"):
-        got = answer(gateways["upstream"].base_url, str(model), CASES[case])
+        got = answer(gateways[mode].base_url, str(model), CASES[case])
         assert_same_answer(got, reference[case])
 
 

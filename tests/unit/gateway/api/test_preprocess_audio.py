@@ -24,8 +24,11 @@ from multimodal.audio import load_audio
 from multimodal.media import MediaPolicy
 from multimodal.pipeline import PixelEncoding
 from multimodal.registry import processors_for
+from protos import extensions
 from tests.support.qwen2_audio_models import AUDIO, AUDIO_BOS, AUDIO_EOS
 from tests.unit.gateway.api.test_preprocess import facts
+
+TAKES_AUDIO = frozenset({extensions.TAKES_AUDIO_MM_INPUTS})
 
 PATHS = ["auto", "worker"]
 # What the gateway knows of a clip whoever preprocesses it.
@@ -50,7 +53,9 @@ def service(model: Path, mm_processing: MmProcessing = "auto", **over) -> Prepro
     }
     renderer = ChatRenderer(files, placeholders)
     prompts = PromptBuilder(renderer, processors, MediaPolicy(), mm_processing=mm_processing)
-    return PreprocessService("m", prompts, facts(**{"mm_item_limits": {"audio": 2}, **over}))
+    # a worker as `mmgate engine` advertises itself: it takes preprocessed audio
+    worker = {"mm_item_limits": {"audio": 2}, "extensions": TAKES_AUDIO}
+    return PreprocessService("m", prompts, facts(**{**worker, **over}))
 
 
 def clip(seconds: float, rate: int, channels: int, fmt: str = "WAV") -> bytes:
@@ -218,3 +223,15 @@ def test_omni_clips_are_reported_by_their_frames(omni_model):
         }
         assert audio["grid"] == {"audio_feature_lengths": frames}
     assert [a["bytes"] for a in reply["audio"]] == [len(mono), len(stereo)]
+
+
+def test_auto_leaves_audio_to_workers_that_take_no_preprocessed_audio(qwen2_audio_model):
+    """Auto decides as chat does: a worker without the `audio_mm_inputs` capability (SMG's
+    servicer) gets the clips to preprocess itself, even where the gateway could."""
+    part = {
+        "type": "input_audio",
+        "input_audio": {"data": b64(clip(1.0, 16000, 1)), "format": "wav"},
+    }
+    assert ask(service(qwen2_audio_model), [part])["processed_by"] == "gateway"
+    servicer = service(qwen2_audio_model, extensions=frozenset())
+    assert ask(servicer, [part])["processed_by"] == "worker"
