@@ -22,6 +22,7 @@ the header says enough. Blocking: call it off the event loop.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from io import BytesIO
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 # libsndfile error codes after which vLLM tries PyAV (see `_BAD_SF_CODES` in vLLM).
-_SOUNDFILE_DEFERS = {0, 1, 3, 4}
+SOUNDFILE_DEFERS = {0, 1, 3, 4}
 
 
 class AudioDecodeError(ValueError):
@@ -96,7 +97,7 @@ def decode_audio(
     try:
         return _decode_soundfile(data, max_duration_s, max_decode_bytes, deadline)
     except soundfile.LibsndfileError as exc:
-        if exc.code not in _SOUNDFILE_DEFERS:
+        if exc.code not in SOUNDFILE_DEFERS:
             raise AudioDecodeError(f"invalid or corrupted audio data ({exc})") from exc
     return _decode_pyav(data, max_duration_s, max_decode_bytes, deadline)
 
@@ -112,16 +113,7 @@ def _decode_soundfile(
     import soundfile
 
     with soundfile.SoundFile(BytesIO(data)) as f:
-        if max_duration_s is not None and f.frames / f.samplerate > max_duration_s:
-            raise AudioTooLarge(
-                f"audio is {f.frames / f.samplerate:.1f} s long, more than the "
-                f"{max_duration_s:g} s allowed"
-            )
-        if max_decode_bytes is not None and f.frames * f.channels * 4 > max_decode_bytes:
-            raise AudioTooLarge(
-                f"audio would decode to {f.frames * f.channels * 4} bytes of PCM, more than "
-                f"the {max_decode_bytes} allowed"
-            )
+        check_soundfile_header(f, max_duration_s, max_decode_bytes)
         y = _read_blocks(f, deadline).T
         rate = int(f.samplerate)
     # vLLM averages this transposed view (channels first, not contiguous); keep it as is.
@@ -142,9 +134,41 @@ def _read_blocks(f: Any, deadline: float | None) -> npt.NDArray[np.float32]:
     return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
 
+def check_soundfile_header(
+    f: Any, max_duration_s: float | None, max_decode_bytes: int | None
+) -> None:
+    """vLLM's limits against an open soundfile's header, before anything is decoded."""
+    if max_duration_s is not None and f.frames / f.samplerate > max_duration_s:
+        raise AudioTooLarge(
+            f"audio is {f.frames / f.samplerate:.1f} s long, more than the "
+            f"{max_duration_s:g} s allowed"
+        )
+    if max_decode_bytes is not None and f.frames * f.channels * 4 > max_decode_bytes:
+        raise AudioTooLarge(
+            f"audio would decode to {f.frames * f.channels * 4} bytes of PCM, more than "
+            f"the {max_decode_bytes} allowed"
+        )
+
+
 def _decode_pyav(
     data: bytes, max_duration_s: float | None, max_decode_bytes: int | None, deadline: float | None
 ) -> DecodedAudio:
+    samples, rate = decode_pyav(data, max_duration_s, max_decode_bytes, deadline)
+    return DecodedAudio(samples, rate, "pyav")
+
+
+def decode_pyav(
+    data: bytes,
+    max_duration_s: float | None,
+    max_decode_bytes: int | None,
+    deadline: float | None = None,
+    mono_rate: int | None = None,
+) -> tuple[npt.NDArray[np.float32], int]:
+    """Every decoded frame's `to_ndarray()` joined on the last axis as float32, and the rate,
+    as vLLM's PyAV backend reads them; with `mono_rate` (vLLM's transcription loader), each
+    frame first goes through one `AudioResampler(format="fltp", layout="mono")` to that rate,
+    where it differs from the stream's, never flushed (vLLM leaves its last few samples in
+    it). The duration and PCM limits count what comes out."""
     import av
 
     try:
@@ -156,28 +180,26 @@ def _decode_pyav(
             raise AudioDecodeError("no audio stream found")
         stream = container.streams.audio[0]
         stream.thread_type = "AUTO"
+        _check_declared_duration(container, stream, max_duration_s)
         rate = int(stream.rate)
-        if max_duration_s is not None:
-            declared = None
-            if stream.duration and stream.time_base:
-                declared = float(stream.duration * stream.time_base)
-            elif container.duration:
-                declared = container.duration / 1_000_000
-            if declared is not None and declared > max_duration_s:
-                raise AudioTooLarge(
-                    f"audio is {declared:.1f} s long, more than the {max_duration_s:g} s allowed"
-                )
+        resampler = None
+        if mono_rate is not None and not math.isclose(
+            float(mono_rate), float(stream.rate), rel_tol=0.0, abs_tol=1e-6
+        ):
+            resampler = av.AudioResampler(format="fltp", layout="mono", rate=mono_rate)
+            rate = mono_rate
         max_samples = int(rate * max_duration_s) if max_duration_s is not None else None
         chunks: list[np.ndarray] = []
         total_samples = total_bytes = 0
         try:
             for frame in container.decode(stream):
                 _check_deadline(deadline)
-                array = frame.to_ndarray()
-                chunks.append(array)
-                # vLLM counts the last axis, which for a packed decode is samples x channels.
-                total_samples += array.shape[-1]
-                total_bytes += array.nbytes
+                for out in resampler.resample(frame) if resampler is not None else [frame]:
+                    array = out.to_ndarray()
+                    chunks.append(array)
+                    # vLLM counts the last axis, which for a packed decode is samples x channels.
+                    total_samples += array.shape[-1]
+                    total_bytes += array.nbytes
                 if max_samples is not None and total_samples > max_samples:
                     raise AudioTooLarge(f"audio is longer than the {max_duration_s:g} s allowed")
                 if max_decode_bytes is not None and total_bytes > max_decode_bytes:
@@ -188,4 +210,18 @@ def _decode_pyav(
             raise AudioDecodeError("invalid or corrupted audio data") from exc
     if not chunks:
         raise AudioDecodeError("no audio found in the input")
-    return DecodedAudio(np.concatenate(chunks, axis=-1).astype(np.float32), rate, "pyav")
+    return np.concatenate(chunks, axis=-1).astype(np.float32), rate
+
+
+def _check_declared_duration(container: Any, stream: Any, max_duration_s: float | None) -> None:
+    if max_duration_s is None:
+        return
+    declared = None
+    if stream.duration and stream.time_base:
+        declared = float(stream.duration * stream.time_base)
+    elif container.duration:
+        declared = container.duration / 1_000_000
+    if declared is not None and declared > max_duration_s:
+        raise AudioTooLarge(
+            f"audio is {declared:.1f} s long, more than the {max_duration_s:g} s allowed"
+        )

@@ -24,12 +24,15 @@ from io import BytesIO
 import numpy as np
 import numpy.typing as npt
 
-from multimodal.audio_decode import AudioDecodeError, AudioTooLarge
+from multimodal.audio_decode import (
+    SOUNDFILE_DEFERS,
+    AudioDecodeError,
+    check_soundfile_header,
+    decode_pyav,
+)
 
 __all__ = ["load_audio", "resample_pyav"]
 
-# libsndfile error codes after which vLLM tries PyAV (its `_BAD_SF_CODES`).
-_SOUNDFILE_DEFERS = {0, 1, 3, 4}
 # libswresample returns nothing for a shorter input; vLLM pads to this many samples.
 _MIN_RESAMPLE_INPUT = 1024
 
@@ -48,7 +51,7 @@ def load_audio(
     try:
         return _load_soundfile(data, rate, max_duration_s, max_decode_bytes)
     except soundfile.LibsndfileError as exc:
-        if exc.code not in _SOUNDFILE_DEFERS:
+        if exc.code not in SOUNDFILE_DEFERS:
             raise AudioDecodeError(f"invalid or corrupted audio data ({exc})") from exc
     return _load_pyav(data, rate, max_duration_s, max_decode_bytes)
 
@@ -60,16 +63,7 @@ def _load_soundfile(
 
     with soundfile.SoundFile(BytesIO(data)) as f:
         native = f.samplerate
-        if max_duration_s is not None and f.frames / native > max_duration_s:
-            raise AudioTooLarge(
-                f"audio is {f.frames / native:.1f} s long, more than the "
-                f"{max_duration_s:g} s allowed"
-            )
-        if max_decode_bytes is not None and f.frames * f.channels * 4 > max_decode_bytes:
-            raise AudioTooLarge(
-                f"audio would decode to {f.frames * f.channels * 4} bytes of PCM, more than "
-                f"the {max_decode_bytes} allowed"
-            )
+        check_soundfile_header(f, max_duration_s, max_decode_bytes)
         y = f.read(dtype="float32", always_2d=False).T
     if y.ndim > 1:
         y = np.mean(y, axis=tuple(range(y.ndim - 1)))
@@ -99,51 +93,5 @@ def resample_pyav(
 def _load_pyav(
     data: bytes, rate: int, max_duration_s: float | None, max_decode_bytes: int | None
 ) -> npt.NDArray[np.float32]:
-    import av
-
-    try:
-        container = av.open(BytesIO(data))
-    except av.error.FFmpegError as exc:
-        raise AudioDecodeError("invalid or corrupted audio data") from exc
-    with container:
-        if not container.streams.audio:
-            raise AudioDecodeError("no audio stream found")
-        stream = container.streams.audio[0]
-        stream.thread_type = "AUTO"
-        if max_duration_s is not None:
-            declared = None
-            if stream.duration and stream.time_base:
-                declared = float(stream.duration * stream.time_base)
-            elif container.duration:
-                declared = container.duration / 1_000_000
-            if declared is not None and declared > max_duration_s:
-                raise AudioTooLarge(
-                    f"audio is {declared:.1f} s long, more than the {max_duration_s:g} s allowed"
-                )
-        resampler = None
-        if not math.isclose(float(rate), float(stream.rate), rel_tol=0.0, abs_tol=1e-6):
-            resampler = av.AudioResampler(format="fltp", layout="mono", rate=rate)
-        max_samples = int(rate * max_duration_s) if max_duration_s is not None else None
-        chunks: list[np.ndarray] = []
-        total_samples = total_bytes = 0
-        try:
-            for frame in container.decode(stream):
-                # vLLM does not flush the resampler at the end: its last few samples stay in it.
-                outputs = resampler.resample(frame) if resampler is not None else [frame]
-                for out in outputs:
-                    array = out.to_ndarray()
-                    chunks.append(array)
-                    total_samples += array.shape[-1]
-                    total_bytes += array.nbytes
-                if max_samples is not None and total_samples > max_samples:
-                    raise AudioTooLarge(f"audio is longer than the {max_duration_s:g} s allowed")
-                if max_decode_bytes is not None and total_bytes > max_decode_bytes:
-                    raise AudioTooLarge(
-                        f"audio decodes to more than the {max_decode_bytes} bytes of PCM allowed"
-                    )
-        except av.error.FFmpegError as exc:
-            raise AudioDecodeError("invalid or corrupted audio data") from exc
-    if not chunks:
-        raise AudioDecodeError("no audio found in the input")
-    audio = np.concatenate(chunks, axis=-1).astype(np.float32)
+    audio, _ = decode_pyav(data, max_duration_s, max_decode_bytes, mono_rate=rate)
     return np.mean(audio, axis=0) if audio.ndim > 1 else audio
