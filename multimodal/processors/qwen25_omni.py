@@ -27,6 +27,7 @@ import numpy as np
 
 from multimodal.audio_decode import DecodedAudio
 from multimodal.processors.base import ModelConfigs, ProcessedItems
+from multimodal.processors.qwen2_audio import audio_placeholder
 from multimodal.processors.qwen_vl import QwenVLProcessor
 from multimodal.processors.whisper_audio import (
     AudioProcessor,
@@ -39,11 +40,6 @@ MODEL_TYPES = ("qwen2_5_omni", "qwen2_5_omni_thinker")
 FEATURES = "input_audio_features"
 MASK = "feature_attention_mask"
 LENGTHS = "audio_feature_lengths"
-
-
-def _placeholder(index: int) -> str:
-    # vLLM's get_placeholder_str for a "string"-format chat prompt: numbered from 1.
-    return f"Audio {index}: <|audio_bos|><|AUDIO|><|audio_eos|>"
 
 
 class Qwen25OmniImageProcessor(QwenVLProcessor):
@@ -60,7 +56,7 @@ class Qwen25OmniImageProcessor(QwenVLProcessor):
 class Qwen25OmniAudioProcessor(AudioProcessor):
     family = "qwen25_omni_audio"
     title = "Qwen2.5-Omni"
-    placeholder_text: ClassVar = staticmethod(_placeholder)
+    placeholder_text: ClassVar = staticmethod(audio_placeholder)
     truncate = False
 
     @classmethod

@@ -29,15 +29,16 @@ FEATURES = "input_features"
 MASK = "feature_attention_mask"
 
 
-def _placeholder(index: int) -> str:
-    # vLLM's get_placeholder_str for a "string"-format chat prompt: numbered from 1.
+def audio_placeholder(index: int) -> str:
+    """vLLM's get_placeholder_str for a "string"-format chat prompt, numbered from 1 (Qwen2.5-Omni
+    writes the same)."""
     return f"Audio {index}: <|audio_bos|><|AUDIO|><|audio_eos|>"
 
 
 class Qwen2AudioProcessor(AudioProcessor):
     family = "qwen2_audio"
     title = "Qwen2-Audio"
-    placeholder_text: ClassVar = staticmethod(_placeholder)
+    placeholder_text: ClassVar = staticmethod(audio_placeholder)
     truncate = True
 
     @classmethod
