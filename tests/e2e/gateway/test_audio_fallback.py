@@ -12,14 +12,13 @@ naming the clip, and the gateway keeps serving."""
 from __future__ import annotations
 
 import base64
-import io
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
-from tests.support.audio_refs import require
+from tests.support import audio_e2e
+from tests.support.audio_e2e import assert_same_answer, clip, input_audio
 from tests.support.engines import UpstreamServicerProcess, VllmServerProcess, WorkerProcess
 from tests.support.family_e2e import REFERENCE_NAME
 from tests.support.gateway_process import GatewayProcess
@@ -29,31 +28,10 @@ from tests.support.qwen2_audio_models import build_model
 # vLLM profiles with `limit` clips of 30 s (750 tokens each): two need a context above 1500.
 ENGINE = {"max_model_len": 2048, "limit_mm_per_prompt": {"audio": 2}}
 MAX_SECONDS = 5  # the auto gateway's --max-audio-seconds
-LOGPROB_TOLERANCE = 1e-4
-
-
-def clip(
-    seconds: float, rate: int = 16000, channels: int = 1, fmt: str = "WAV", seed: int = 0
-) -> bytes:
-    """A tone (a different pitch per channel) under a little noise, in `fmt`."""
-    soundfile = require("soundfile")
-    t = np.arange(round(seconds * rate)) / rate
-    tones = [0.3 * np.sin(2 * np.pi * (220 + 110 * k) * t) for k in range(channels)]
-    samples = np.stack(tones, axis=1)
-    samples += 0.03 * np.random.default_rng(seed).standard_normal(samples.shape)
-    buffer = io.BytesIO()
-    subtype = {"MP3": "MPEG_LAYER_III", "OGG": "VORBIS"}.get(fmt)
-    soundfile.write(buffer, samples.astype(np.float32), rate, format=fmt, subtype=subtype)
-    return buffer.getvalue()
 
 
 def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
-
-
-def input_audio(raw: bytes, declared: str = "wav") -> dict:
-    # vLLM's request model takes "wav" or "mp3" only; its loader sniffs the bytes either way
-    return {"type": "input_audio", "input_audio": {"data": b64(raw), "format": declared}}
 
 
 def audio_url(url: str) -> dict:
@@ -76,34 +54,16 @@ CASES: dict[str, list[dict]] = {
 
 
 def chat(base_url: str, model: str, parts: list[dict], **extra: Any) -> httpx.Response:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "What?"}]}],
-        "max_tokens": 8,
-        "temperature": 0,
-        "logprobs": True,
-        "top_logprobs": 2,
-        "ignore_eos": True,
-        **extra,
-    }
-    return httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120)
+    """One user turn of `parts` and a question, as `audio_e2e.chat` sends it."""
+    return audio_e2e.chat(base_url, model, _turn(parts), **extra)
 
 
 def answer(base_url: str, model: str, parts: list[dict]) -> dict:
-    reply = chat(base_url, model, parts)
-    assert reply.status_code == 200, reply.text
-    return reply.json()
+    return audio_e2e.answer(base_url, model, _turn(parts))
 
 
-def assert_same_answer(ours: dict, reference: dict) -> None:
-    assert ours["usage"]["prompt_tokens"] == reference["usage"]["prompt_tokens"]
-    got, want = ours["choices"][0], reference["choices"][0]
-    assert got["message"]["content"] == want["message"]["content"]
-    got_tokens, want_tokens = got["logprobs"]["content"], want["logprobs"]["content"]
-    assert [t["token"] for t in got_tokens] == [t["token"] for t in want_tokens]
-    for g, w in zip(got_tokens, want_tokens, strict=True):
-        assert abs(g["logprob"] - w["logprob"]) <= LOGPROB_TOLERANCE
-        assert [t["token"] for t in g["top_logprobs"]] == [t["token"] for t in w["top_logprobs"]]
+def _turn(parts: list[dict]) -> list[dict]:
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": "What?"}]}]
 
 
 @pytest.fixture(scope="module")
