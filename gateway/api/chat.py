@@ -26,6 +26,7 @@ from gateway.parsers.request_adjust import grammar_from_first_token, plan_parsin
 from gateway.render.messages import MediaItem
 from gateway.render.model_files import ModelFiles
 from gateway.render.prompt import Prompt, PromptBuilder
+from gateway.render.renderer import RenderedChat
 from gateway.stream import sse
 from gateway.stream.generation import Choice, Generation, Usage, per_choice
 from gateway.stream.logprobs import TokenTexts, chat_content, chat_logprobs
@@ -85,39 +86,10 @@ class ChatService:
         parsing = plan_parsing(
             self.parsing, request, lambda: self.token_strings(rendered.token_ids), self.vocab
         )
-        # Audio the gateway preprocesses goes only to workers that take it (SMG's servicer
-        # does not); on auto, with none in the pool, the clips go to a worker as media_refs.
-        audio = any(item.modality == "audio" for item in rendered.media)
-        by_worker = self.prompts.by_worker(
-            rendered, audio_inputs=not audio or self.pool.any_takes_audio_inputs()
-        )
-        audio_inputs = audio and not by_worker
+        by_worker, audio_inputs = self._media_route(rendered)
         budget = request.thinking_token_budget is not None
-        pixels = self.pool.shared_pixels() if rendered.media and not by_worker else None
-        if pixels is not None:
-            # Preprocessed before the pick (every worker takes these pixels): cache-aware
-            # routing then keys the blocks holding an item by the item's hash, as vLLM does.
-            prompt = await self.prompts.expand(request, pixels, rendered)
-            worker = self.pool.pick(
-                prompt.ids, thinking_budget=budget, mm=prompt.mm_spans(), audio_inputs=audio_inputs
-            )
-            facts = worker.facts
-            if facts.pixels != pixels:  # a worker came or went meanwhile
-                prompt = await self.prompts.expand(request, facts.pixels, rendered)
-        else:
-            worker = self.pool.pick(
-                rendered.token_ids,
-                media_refs=by_worker,
-                thinking_budget=budget,
-                audio_inputs=audio_inputs,
-            )
-            facts = worker.facts
-            if by_worker:
-                # Counted before anything is fetched: a video may be tens of MB.
-                check_counts(_counts(rendered.media), facts)
-                prompt = await self.prompts.refer(request, rendered)
-            else:
-                prompt = await self.prompts.expand(request, facts.pixels, rendered)
+        prompt, worker = await self._prepared(request, rendered, by_worker, audio_inputs, budget)
+        facts = worker.facts
         if prompt.has_media:
             check_items(prompt, facts)
         elif reused := kv_transfer.reused_prompt_ids(request.kv_transfer_params):
@@ -139,6 +111,48 @@ class ChatService:
         )
         # The pixels go out as fields appended to the serialized request, never copied into it.
         return ChatRun(self, request, worker, generate, prompt, by_worker, parsing, audio_inputs)
+
+    def _media_route(self, rendered: RenderedChat) -> tuple[bool, bool]:
+        """(the worker preprocesses the media, only workers taking preprocessed audio may
+        serve it). Audio the gateway preprocesses goes only to workers that take it (SMG's
+        servicer does not); on auto, with none in the pool, the clips go as media_refs."""
+        audio = any(item.modality == "audio" for item in rendered.media)
+        by_worker = self.prompts.by_worker(
+            rendered, audio_inputs=not audio or self.pool.any_takes_audio_inputs()
+        )
+        return by_worker, audio and not by_worker
+
+    async def _prepared(
+        self,
+        request: ChatCompletionRequest,
+        rendered: RenderedChat,
+        by_worker: bool,
+        audio_inputs: bool,
+        budget: bool,
+    ) -> tuple[Prompt, Worker]:
+        """The worker picked and the prompt made for it (media expanded or referred)."""
+        pixels = self.pool.shared_pixels() if rendered.media and not by_worker else None
+        if pixels is not None:
+            # Preprocessed before the pick (every worker takes these pixels): cache-aware
+            # routing then keys the blocks holding an item by the item's hash, as vLLM does.
+            prompt = await self.prompts.expand(request, pixels, rendered)
+            worker = self.pool.pick(
+                prompt.ids, thinking_budget=budget, mm=prompt.mm_spans(), audio_inputs=audio_inputs
+            )
+            if worker.facts.pixels != pixels:  # a worker came or went meanwhile
+                prompt = await self.prompts.expand(request, worker.facts.pixels, rendered)
+            return prompt, worker
+        worker = self.pool.pick(
+            rendered.token_ids,
+            media_refs=by_worker,
+            thinking_budget=budget,
+            audio_inputs=audio_inputs,
+        )
+        if by_worker:
+            # Counted before anything is fetched: a video may be tens of MB.
+            check_counts(_counts(rendered.media), worker.facts)
+            return await self.prompts.refer(request, rendered), worker
+        return await self.prompts.expand(request, worker.facts.pixels, rendered), worker
 
     def prepare(self, request: ChatCompletionRequest) -> None:
         """What `start` does to a request before rendering it (count_tokens renders it so)."""
