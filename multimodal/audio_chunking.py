@@ -53,9 +53,7 @@ def split_audio(
     return clips
 
 
-def find_split_point(
-    samples: npt.NDArray[np.floating], start: int, end: int, window: int
-) -> int:
+def find_split_point(samples: npt.NDArray[np.floating], start: int, end: int, window: int) -> int:
     """The start of the quietest `window`-sample stretch in samples[start:end] (`start` when
     none fits)."""
     segment = samples[start:end]

@@ -46,9 +46,7 @@ def test_quiet_audio_past_the_search_windows_is_not_found() -> None:
     assert 29 * RATE <= cut < 30 * RATE - 1600
 
 
-@pytest.mark.parametrize(
-    "seconds", [2.0, 30.0, 30.01, 31.0, 59.5, 61.0, 95.3]
-)
+@pytest.mark.parametrize("seconds", [2.0, 30.0, 30.01, 31.0, 59.5, 61.0, 95.3])
 def test_clips_equal_vllm(vllm_split, seconds: float) -> None:
     samples = _noise(seconds, seed=int(seconds * 10))
     rng = np.random.default_rng(1)
