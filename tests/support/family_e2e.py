@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.e2e_cases import IMAGE, make_image, png_bytes
-from tests.support.engines import VllmServerProcess, WorkerProcess
+from tests.support.engines import UpstreamServicerProcess, VllmServerProcess, WorkerProcess
 from tests.support.gateway_process import GatewayProcess
 
 # (name, images): one image, two of different sizes, a very wide one with a tiny one.
@@ -95,6 +95,25 @@ def serve_both(
             gateway.stop()
         worker.stop()
         vllm.stop()
+
+
+@contextmanager
+def media_ref_engines(model: Path, logs: Path, **engine: Any) -> Iterator[dict[str, Any]]:
+    """vLLM's server ("vllm"), our worker ("ours") and the upstream servicer ("upstream"),
+    both workers preprocessing media themselves (`--mm-processor inprocess`), started at once
+    with the same engine arguments and stopped together."""
+    started = {
+        "vllm": VllmServerProcess(model, logs / "vllm.log", **engine),
+        "ours": WorkerProcess(model, logs / "ours.log", mm_processor="inprocess", **engine),
+        "upstream": UpstreamServicerProcess(
+            model, logs / "upstream.log", mm_processor="inprocess", **engine
+        ),
+    }
+    try:
+        yield {name: process.wait_ready() for name, process in started.items()}
+    finally:
+        for process in started.values():
+            process.stop()
 
 
 def vllm_prompt_ids(model: Path, images: Sequence[Any], options: dict, **config: Any) -> list[int]:

@@ -19,8 +19,7 @@ import pytest
 
 from tests.support import audio_e2e
 from tests.support.audio_e2e import assert_same_answer, clip, input_audio
-from tests.support.engines import UpstreamServicerProcess, VllmServerProcess, WorkerProcess
-from tests.support.family_e2e import REFERENCE_NAME
+from tests.support.family_e2e import REFERENCE_NAME, media_ref_engines
 from tests.support.gateway_process import GatewayProcess
 from tests.support.http_files import serve_bytes
 from tests.support.qwen2_audio_models import build_model
@@ -74,19 +73,8 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engines(model, tmp_path_factory):
     """vLLM's server, our worker and SMG's servicer, both taking media_refs, started at once."""
-    logs = tmp_path_factory.mktemp("audio-engines")
-    started = {
-        "vllm": VllmServerProcess(model, logs / "vllm.log", **ENGINE),
-        "ours": WorkerProcess(model, logs / "ours.log", mm_processor="inprocess", **ENGINE),
-        "upstream": UpstreamServicerProcess(
-            model, logs / "upstream.log", mm_processor="inprocess", **ENGINE
-        ),
-    }
-    try:
-        yield {name: engine.wait_ready() for name, engine in started.items()}
-    finally:
-        for engine in started.values():
-            engine.stop()
+    with media_ref_engines(model, tmp_path_factory.mktemp("audio-engines"), **ENGINE) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,8 @@ import openai
 import pytest
 
 from tests.support.e2e_cases import IMAGE
-from tests.support.engines import (
-    UpstreamServicerProcess,
-    VllmServerProcess,
-    WorkerProcess,
-)
 from tests.support.fallback_models import MODEL_TYPE, build_fallback_model
-from tests.support.family_e2e import CASES, REFERENCE_NAME, answers, ask
+from tests.support.family_e2e import CASES, REFERENCE_NAME, answers, ask, media_ref_engines
 from tests.support.gateway_process import GatewayProcess, read_chat_stream
 from tests.support.smg import run_smg, smg_client
 
@@ -31,19 +26,8 @@ def model(tmp_path_factory):
 def engines(model, tmp_path_factory):
     """vLLM's server, our worker and the upstream servicer, started at once (~25 s each)."""
     logs = tmp_path_factory.mktemp("fallback")
-    common = {"limit_mm_per_prompt": LIMITS}
-    started = {
-        "vllm": VllmServerProcess(model, logs / "vllm.log", **common),
-        "ours": WorkerProcess(model, logs / "ours.log", mm_processor="inprocess", **common),
-        "upstream": UpstreamServicerProcess(
-            model, logs / "upstream.log", mm_processor="inprocess", **common
-        ),
-    }
-    try:
-        yield {name: engine.wait_ready() for name, engine in started.items()}
-    finally:
-        for engine in started.values():
-            engine.stop()
+    with media_ref_engines(model, logs, limit_mm_per_prompt=LIMITS) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
