@@ -9,6 +9,7 @@ from pathlib import Path
 from gateway.api.audio.form import AudioLimits
 from gateway.render.prompt import GRPC_MAX_MESSAGE_BYTES
 from gateway.render.worker_media import MM_PROCESSING
+from gateway.server import tls
 from gateway.server.config import AdmissionConfig
 from gateway.server.limits import MIB, RequestLimits
 from gateway.workers.pool import PoolOptions
@@ -253,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the web playground at / and /playground: chat with the model, images "
         "included, over this server's own API (default: on)",
     )
+    tls.add_arguments(p)
     _parser_arguments(p)
     _pool_arguments(p)
     _limit_arguments(p)
@@ -448,8 +450,6 @@ def _cache_gib(text: str) -> float:
 
 
 def main(argv: list[str]) -> int:
-    import uvicorn
-
     from gateway.api.responses.memory_store import StoreLimits
     from gateway.errors import MmgateError
     from gateway.observability.request_log import configure_logging
@@ -481,6 +481,10 @@ def main(argv: list[str]) -> int:
     )
     try:
         parsing.check()
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        http_tls = tls.from_args(args)
     except ValueError as error:
         parser.error(str(error))
     env_key = os.environ.get("VLLM_API_KEY")
@@ -556,8 +560,16 @@ def main(argv: list[str]) -> int:
         from gateway.server.processes.supervisor import Supervisor
 
         count = args.api_server_count
-        return Supervisor(count, config, args.host, args.port, args.log_format).run()
-    uvicorn.run(
-        create_app(config), host=args.host, port=args.port, log_config=None, access_log=False
+        return Supervisor(count, config, args.host, args.port, args.log_format, http_tls).run()
+    settings = tls.server_config(
+        create_app(config),
+        http_tls,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=False,
     )
-    return 0
+    server = tls.Server(settings, http_tls)
+    server.run()
+    # uvicorn.run's exit code when the server never started (e.g. the port is taken)
+    return 0 if server.started else 3

@@ -4,6 +4,7 @@ processes, `--api-server-count`: once every one is ready)."""
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -16,10 +17,20 @@ from tests.support.engines import ROOT, free_port
 
 
 class GatewayProcess:
-    def __init__(self, model: Path, workers: list[str], log_path: Path, *extra: str) -> None:
+    def __init__(
+        self,
+        model: Path,
+        workers: list[str],
+        log_path: Path,
+        *extra: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """`tls`: the gateway serves https (`extra` holds its --ssl-* flags) and this client
+        context (its CA, and a client certificate for mutual TLS) reaches it."""
         refuse_in_fast_tests("`mmgate serve`")
         self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.tls = tls
+        self.base_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.log_path = log_path
         cmd = [
             sys.executable,
@@ -50,7 +61,8 @@ class GatewayProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gateway exited:\n{self.log_path.read_text()[-3000:]}")
             try:
-                if httpx.get(f"{self.base_url}/ready", timeout=2).status_code == 200:
+                ready = httpx.get(f"{self.base_url}/ready", timeout=2, verify=self.tls or True)
+                if ready.status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -60,7 +72,14 @@ class GatewayProcess:
     def client(self):
         from openai import OpenAI
 
-        return OpenAI(base_url=f"{self.base_url}/v1", api_key="x", max_retries=0, timeout=120)
+        http = httpx.Client(verify=self.tls, timeout=120) if self.tls else None
+        return OpenAI(
+            base_url=f"{self.base_url}/v1",
+            api_key="x",
+            max_retries=0,
+            timeout=120,
+            http_client=http,
+        )
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gateway.server.config import GatewayConfig
 from gateway.server.processes.shared import ProcessTable
+from gateway.server.tls import HttpTls
 
 
 def run_child(
@@ -27,19 +28,19 @@ def run_child(
     log_format: str,
     metrics_dir: Path,
     store_path: Path,
+    tls: HttpTls | None = None,
 ) -> None:
-    import uvicorn
-
     from gateway.observability.request_log import configure_logging
     from gateway.server.app import create_app
     from gateway.server.processes.control import ControlChannel
     from gateway.server.processes.member import Member
+    from gateway.server.tls import Server, server_config
 
     os.setpgid(0, 0)
     configure_logging(log_format, process_index=index)
     control = ControlChannel(conn)
     app = create_app(config, Member(index, table, control, metrics_dir, store_path))
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False))
+    server = Server(server_config(app, tls, log_config=None, access_log=False), tls)
 
     def stop() -> None:  # the supervisor is gone: nobody else will tell us
         server.should_exit = True

@@ -37,6 +37,7 @@ from gateway.api.responses.sqlite_store import SqliteResponseStore
 from gateway.server.config import GatewayConfig
 from gateway.server.processes.control import WORKERS, decode
 from gateway.server.processes.shared import ProcessTable, make_context
+from gateway.server.tls import HttpTls
 
 log = logging.getLogger("mmgate.gateway")
 MAX_RESTARTS = 5
@@ -86,9 +87,16 @@ def bind(host: str, port: int) -> socket.socket:
 
 class Supervisor:
     def __init__(
-        self, count: int, config: GatewayConfig, host: str, port: int, log_format: str
+        self,
+        count: int,
+        config: GatewayConfig,
+        host: str,
+        port: int,
+        log_format: str,
+        tls: HttpTls | None = None,
     ) -> None:
         self.count, self.config, self.log_format = count, config, log_format
+        self.tls = tls  # each child builds its own SSL context (and refresher) from it
         self.host, self.port = host, port
         self.workers = list(config.workers)  # the gateway's, with /admin/workers changes
         self.children: dict[int, Child] = {}
@@ -109,7 +117,10 @@ class Supervisor:
         self.sock, self.metrics_dir = sock, metrics_dir
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
-        log.info("serving on %s:%d with %d processes", self.host, self.port, self.count)
+        scheme = "https" if self.tls else "http"
+        log.info(
+            "serving on %s://%s:%d with %d processes", scheme, self.host, self.port, self.count
+        )
         try:
             for index in range(self.count):
                 self._start(index)
@@ -137,6 +148,7 @@ class Supervisor:
                 self.log_format,
                 self.metrics_dir,
                 self.store_path,
+                self.tls,
             ),
             name=f"mmgate-gateway-{index}",
         )

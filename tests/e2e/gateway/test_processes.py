@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,26 +23,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import ROOT, refuse_in_fast_tests
-from tests.support.engines import free_port
 from tests.support.gateway_process import GatewayProcess
-
-
-class MockWorker:
-    def __init__(self, model: Path, log: Path, *extra: str) -> None:
-        refuse_in_fast_tests("a mock worker")
-        self.port = free_port()
-        self.url = f"grpc://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "benchmarks.mock_worker", "--model", str(model)]
-        self._log = open(log, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [*cmd, "--port", str(self.port), *extra], cwd=ROOT, stdout=self._log, stderr=self._log
-        )
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self._log.close()
+from tests.support.mock_worker import MockWorker
 
 
 @pytest.fixture(scope="module")
