@@ -123,7 +123,20 @@ def test_each_surface_asks_for_its_own_key(settings, path, key, status):
     if key:
         assert key not in answer.text  # never echoed
     if status == 404:
-        assert answer.json()["error"]["code"] == 404
+        assert answer.json() == {"detail": "Not Found"}  # as a path that does not exist
+
+
+def test_admin_off_answers_as_a_path_that_does_not_exist():
+    from gateway.server.app import create_app
+
+    config = GatewayConfig(model=".", workers=["grpc://127.0.0.1:9"], admin_enabled=False)
+    client = TestClient(create_app(config))
+    absent = client.get("/no-such-path")
+    for path in ("/admin/workers", "/admin"):
+        off = client.get(path)
+        assert (off.status_code, off.json()) == (absent.status_code, absent.json())
+        assert off.status_code == 404
+    assert client.get("/health").status_code == 200
 
 
 def test_several_api_keys_each_pass_in_either_header():

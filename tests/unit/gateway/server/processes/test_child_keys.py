@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gateway.api.responses.sqlite_store import SqliteResponseStore
 from gateway.server.config import GatewayConfig
@@ -16,6 +17,7 @@ from gateway.server.processes.supervisor import RESPONSE_STORE, Supervisor, bind
 API, ADMIN = "sk-child-api-5d1e", "sk-child-admin-77b0"
 
 
+@pytest.mark.slow  # spawns a gateway process (~2 s)
 def test_a_child_gets_the_keys_by_pipe_and_not_argv(tmp_path, monkeypatch):
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     config = GatewayConfig(
