@@ -10,6 +10,15 @@ from gateway.api.audio.form import AudioLimits
 from gateway.render.prompt import GRPC_MAX_MESSAGE_BYTES
 from gateway.render.worker_media import MM_PROCESSING
 from gateway.server import tls
+from gateway.server.access import (
+    ADMIN_KEYS_ENV,
+    API_KEYS_ENV,
+    METRICS_AUTH,
+    admin_enabled,
+    log_posture,
+    posture,
+    read_keys,
+)
 from gateway.server.config import AdmissionConfig
 from gateway.server.limits import MIB, RequestLimits
 from gateway.workers.pool import PoolOptions
@@ -235,7 +244,44 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="require `Authorization: Bearer KEY` on /v1/*; repeat for several keys "
-        "(also read from $VLLM_API_KEY)",
+        "(also read from $VLLM_API_KEY, $MMGATE_API_KEYS and --api-key-file; prefer those: "
+        "a command line shows in `ps`)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="a file of /v1 keys, one a line (`#` comments skipped); repeatable",
+    )
+    p.add_argument(
+        "--admin-api-key",
+        action="append",
+        default=[],
+        help="the keys /admin/* takes, instead of the /v1 ones (also $MMGATE_ADMIN_API_KEYS "
+        "and --admin-api-key-file). Without one, on a non-loopback --host, /admin answers 404",
+    )
+    p.add_argument(
+        "--admin-api-key-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="a file of /admin keys, one a line; repeatable",
+    )
+    p.add_argument(
+        "--insecure-open-admin",
+        action="store_true",
+        help="serve /admin on a non-loopback --host without an admin key (guarded by the /v1 "
+        "keys if any, else open to anyone who reaches the port)",
+    )
+    p.add_argument(
+        "--metrics-auth",
+        choices=METRICS_AUTH,
+        default="open",
+        help="who may read /metrics: anyone (open), a /v1 key (api-key) or an /admin key "
+        "(admin) (default: %(default)s)",
     )
     p.add_argument(
         "--allowed-origins",
@@ -487,7 +533,17 @@ def main(argv: list[str]) -> int:
         http_tls = tls.from_args(args)
     except ValueError as error:
         parser.error(str(error))
-    env_key = os.environ.get("VLLM_API_KEY")
+    try:
+        # $VLLM_API_KEY is one key, as vLLM reads it (a comma in it is part of the key)
+        given = args.api_key + [os.environ.get("VLLM_API_KEY", "")]
+        api_keys = read_keys(given, args.api_key_file, [API_KEYS_ENV])
+        admin_keys = read_keys(args.admin_api_key, args.admin_api_key_file, [ADMIN_KEYS_ENV])
+    except OSError as error:
+        parser.error(f"cannot read a key file: {error.filename}: {error.strerror}")
+    if args.metrics_auth == "api-key" and not api_keys:
+        parser.error("--metrics-auth api-key needs an API key (--api-key or its file or env)")
+    if args.metrics_auth == "admin" and not (admin_keys or api_keys):
+        parser.error("--metrics-auth admin needs a key (--admin-api-key or --api-key)")
     policy = MediaPolicy(
         allowed_domains=tuple(args.allowed_media_domains) if args.allowed_media_domains else None,
         allowed_networks=tuple(args.allow_private_media_networks),
@@ -517,7 +573,10 @@ def main(argv: list[str]) -> int:
         mm_processing=mm_processing_mode(args.mm_processing),
         tensor_transport=args.multimodal_tensor_transport,
         shm_min_bytes=args.multimodal_shm_min_bytes,
-        api_keys=args.api_key + ([env_key] if env_key else []),
+        api_keys=api_keys,
+        admin_api_keys=admin_keys,
+        admin_enabled=admin_enabled(args.host, admin_keys, args.insecure_open_admin),
+        metrics_auth=args.metrics_auth,
         cors=CorsConfig(
             allowed_origins=args.allowed_origins,
             allowed_methods=args.allowed_methods,
@@ -556,6 +615,17 @@ def main(argv: list[str]) -> int:
         parsing=parsing,
     )
     configure_logging(args.log_format)
+    log_posture(
+        *posture(
+            args.host,
+            args.port,
+            config.surfaces(),
+            bool(admin_keys),
+            config.playground,
+            config.workers + config.worker_dns,
+            http_tls,
+        )
+    )
     if args.api_server_count > 1:
         from gateway.server.processes.supervisor import Supervisor
 

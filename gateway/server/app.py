@@ -279,8 +279,9 @@ def _middleware(
     hot = hot_handlers()
     stack: ASGIApp = HotRoutes(app, hot, app.state, config.limits)
     stack = AdmissionMiddleware(stack, admission, metrics, admitted_paths())
-    if config.api_keys:
-        stack = ApiKeyMiddleware(stack, config.api_keys)
+    surfaces = config.surfaces()
+    if surfaces.api or surfaces.admin != () or surfaces.metrics:
+        stack = ApiKeyMiddleware(stack, config.api_keys, surfaces)
     if config.cors.allowed_origins:
         stack = CORSMiddleware(
             stack,

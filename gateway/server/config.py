@@ -8,6 +8,7 @@ from pathlib import Path
 from gateway.api.responses.memory_store import StoreLimits
 from gateway.parsers.config import ParsingConfig
 from gateway.render.worker_media import MmProcessing
+from gateway.server.access import MetricsAuth, Surfaces
 from gateway.server.limits import RequestLimits
 from gateway.workers.pool import PoolOptions
 from gateway.workers.tensor_transport import DEFAULT_SHM_MIN_BYTES, TensorTransportMode
@@ -34,7 +35,7 @@ class AdmissionConfig:
     queue_timeout: float = 30.0
 
 
-@dataclass
+@dataclass(repr=False)
 class GatewayConfig:
     model: Path  # a local model directory, or a name whose files come from the workers
     workers: list[str]
@@ -53,6 +54,11 @@ class GatewayConfig:
     tensor_transport: TensorTransportMode = "auto"
     shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES
     api_keys: list[str] = field(default_factory=list)
+    # gateway.server.access: /admin's own keys (none: the API keys guard it), whether /admin
+    # answers at all (off on a non-loopback bind without an admin key), who may read /metrics
+    admin_api_keys: list[str] = field(default_factory=list)
+    admin_enabled: bool = True
+    metrics_auth: MetricsAuth = "open"
     cors: CorsConfig = field(default_factory=CorsConfig)
     worker_dns: list[str] = field(default_factory=list)
     pool: PoolOptions = field(default_factory=PoolOptions)
@@ -62,3 +68,11 @@ class GatewayConfig:
     otlp_traces_endpoint: str | None = None  # an OpenTelemetry collector (observability/)
     playground: bool = True  # the web page at / and /playground (gateway.playground)
     responses_store: StoreLimits = field(default_factory=StoreLimits)
+
+    def surfaces(self) -> Surfaces:
+        return Surfaces.of(
+            self.api_keys, self.admin_api_keys, self.metrics_auth, self.admin_enabled
+        )
+
+    def __repr__(self) -> str:  # the dataclass's would print the keys
+        return f"GatewayConfig(model={self.model!r}, workers={self.workers!r}, ...)"

@@ -6,6 +6,7 @@ latency recorded is the time to the response's last byte.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -20,6 +21,7 @@ from gateway.errors import GatewayError, error_body
 from gateway.observability import tracing
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_log import bind_request_id, current_request_id, unbind_request_id
+from gateway.server.access import Surfaces
 from gateway.server.admission import Admission
 from gateway.server.processes.shared import SharedAdmission
 from gateway.workers.pool import lease_scope
@@ -123,37 +125,63 @@ def _log_access(scope: Scope, status: int, elapsed: float) -> None:
 
 
 class ApiKeyMiddleware:
-    """`Authorization: Bearer <key>` on /v1/* (as vLLM's --api-key) and /admin/*; health,
-    metrics, version and (as in vLLM) /tokenize and /detokenize stay open.
+    """`Authorization: Bearer <key>` on /v1/* (as vLLM's --api-key), /admin/* (the admin keys,
+    or the API keys when there are none) and, if asked, /metrics; health, version and (as in
+    vLLM) /tokenize and /detokenize stay open. /admin answers 404 when it is off (a
+    non-loopback bind without an admin key, gateway.server.access).
 
     `x-api-key: <key>` is taken too: Anthropic's clients (its SDK, Claude Code) send the key
     there and no Authorization header. vLLM 0.32 reads only the bearer token, so they get 401
     from it unless told to send one."""
 
-    def __init__(self, app: ASGIApp, keys: Collection[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, keys: Collection[str], surfaces: Surfaces | None = None
+    ) -> None:
         self.app = app
-        self.keys = [k.encode() for k in keys]
+        surfaces = surfaces or Surfaces.of(list(keys), [], "open", True)
+        # sha-256 first, as vLLM does: compare_digest then always compares 32 bytes, so the
+        # time taken tells nothing of a key's length either
+        self.api = _digests(surfaces.api)
+        self.admin = None if surfaces.admin is None else _digests(surfaces.admin)
+        self.metrics = _digests(surfaces.metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] == "OPTIONS"
-            or not scope["path"].startswith(("/v1", "/admin"))
-            or self._authorized(scope)
-        ):
+        if scope["type"] != "http" or scope["method"] == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if path.startswith("/admin"):
+            if self.admin is None:
+                # the answer to a path that does not exist: off looks like absent
+                await send_json(send, 404, {"detail": "Not Found"})
+                return
+            keys = self.admin
+        elif path.startswith("/v1"):
+            keys = self.api
+        elif path == "/metrics":
+            keys = self.metrics
+        else:
+            keys = []
+        if not keys or self._authorized(scope, keys):
             await self.app(scope, receive, send)
             return
         body = error_body("invalid or missing API key", 401)
         await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
 
-    def _authorized(self, scope: Scope) -> bool:
+    def _authorized(self, scope: Scope, keys: list[bytes]) -> bool:
         given = (_bearer(_header(scope, b"authorization")), _header(scope, b"x-api-key"))
         # compare every key given with every key, always, so timing tells nothing about which
         # one nearly matched
-        matches = [
-            hmac.compare_digest(g.strip().encode(), k) for g in given if g for k in self.keys
-        ]
+        matches = [hmac.compare_digest(_digest(g.strip()), k) for g in given if g for k in keys]
         return sum(matches) > 0
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def _digests(keys: Collection[str]) -> list[bytes]:
+    return [_digest(k) for k in keys]
 
 
 def _bearer(header: str | None) -> str | None:

@@ -144,6 +144,18 @@ def test_request_id_in_header_body_and_logs(gateway):
     assert line["duration_ms"] > 0
 
 
+def test_the_posture_line_names_the_surfaces_and_no_log_line_holds_the_key(gateway):
+    client(gateway).models.list()
+    httpx.get(f"{gateway.base_url}/v1/models", headers={"Authorization": "Bearer wrong"})
+    text = gateway.log_path.read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    (posture,) = [e for e in lines if e.get("logger") == "mmgate.security"]
+    assert posture["level"] == "info"  # on loopback
+    assert "/v1 api key required (1 accepted)" in posture["msg"]
+    assert "/admin api key required" in posture["msg"] and "/metrics OPEN" in posture["msg"]
+    assert KEY not in text
+
+
 def scrape(gateway: GatewayProcess) -> dict[tuple[str, tuple], float]:
     text = httpx.get(f"{gateway.base_url}/metrics").text
     return {

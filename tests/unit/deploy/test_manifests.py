@@ -45,6 +45,16 @@ def example(name: str) -> dict:
 VARIANTS = {
     "defaults": ("mmgate", {"model": MODEL}),
     "api-key": ("demo", {"model": MODEL, "gateway": {"apiKey": {"value": "sk-test-key"}}}),
+    "admin-key": (
+        "ops",
+        {
+            "model": MODEL,
+            "gateway": {
+                "apiKey": {"existingSecret": "app-keys"},
+                "adminApiKey": {"value": "sk-test-admin-key"},
+            },
+        },
+    ),
     "llm-d": ("llm", example("values-llmd.yaml")),
     "production": ("prod", example("values-production.yaml")),
     "llm-d-ha": (
@@ -505,11 +515,12 @@ def preStop_sleep(workload: dict) -> int:
     return container(workload)["lifecycle"]["preStop"]["sleep"]["seconds"]
 
 
-@pytest.mark.parametrize("variant", ["defaults", "api-key", "production"])
+@pytest.mark.parametrize("variant", ["defaults", "api-key", "admin-key", "production"])
 def test_the_gateway_built_from_the_rendered_args_answers_the_probes(variant, monkeypatch):
     """`mmgate serve` run on the rendered args and environment, with no engine up yet (the
     engines' name does not resolve, as before any engine is ready): liveness 200, readiness
-    503, both without the API key the kubelet does not send; the API itself wants it."""
+    503, both without the API key the kubelet does not send; the API itself wants it. /admin,
+    on the pod's 0.0.0.0, answers 404 unless the chart was given an admin key."""
     import uvicorn
     from starlette.testclient import TestClient
 
@@ -519,18 +530,20 @@ def test_the_gateway_built_from_the_rendered_args_answers_the_probes(variant, mo
     from gateway.server.processes.supervisor import Supervisor
 
     c = container(gateway(variant))
-    monkeypatch.delenv("VLLM_API_KEY", raising=False)
-    key = None
+    keys: dict[str, str] = {}
+    for name in ("VLLM_API_KEY", "MMGATE_API_KEYS", "MMGATE_ADMIN_API_KEYS"):
+        monkeypatch.delenv(name, raising=False)
     for env in c["env"]:
         if "value" in env:
             monkeypatch.setenv(env["name"], env["value"])
-        elif env["name"] == "VLLM_API_KEY":
+        elif env["name"] in ("VLLM_API_KEY", "MMGATE_ADMIN_API_KEYS"):
             ref = env["valueFrom"]["secretKeyRef"]
             secrets = {s["metadata"]["name"]: s for s in objects(variant, "Secret")}
             # the chart's own Secret (gateway.apiKey.value), or one that exists beforehand
             made = secrets.get(ref["name"])
-            key = made["stringData"][ref["key"]] if made else "sk-from-existing-secret"
-            monkeypatch.setenv("VLLM_API_KEY", key)
+            keys[env["name"]] = made["stringData"][ref["key"]] if made else f"sk-{ref['name']}"
+            monkeypatch.setenv(env["name"], keys[env["name"]])
+    key, admin_key = keys.get("VLLM_API_KEY"), keys.get("MMGATE_ADMIN_API_KEYS")
 
     real_getaddrinfo = socket.getaddrinfo
 
@@ -570,6 +583,13 @@ def test_the_gateway_built_from_the_rendered_args_answers_the_probes(variant, mo
             assert authorized.status_code != 401
         else:
             assert models.status_code != 401
+        admin = client.get("/admin/workers")
+        if admin_key:
+            assert admin.status_code == 401
+            with_key = client.get("/admin/workers", headers={"x-api-key": admin_key})
+            assert with_key.status_code == 200
+        else:
+            assert admin.status_code == 404
 
 
 @pytest.mark.parametrize("variant", ALL)

@@ -57,6 +57,14 @@ search-domain lookups a name with fewer than 5 dots would otherwise cost). */}}
 {{- end -}}
 {{- end -}}
 
+{{- define "mmgate.adminApiKeySecret" -}}
+{{- if .Values.gateway.adminApiKey.existingSecret -}}
+{{- .Values.gateway.adminApiKey.existingSecret -}}
+{{- else if .Values.gateway.adminApiKey.value -}}
+{{- include "mmgate.gateway.name" . }}-admin-api-key
+{{- end -}}
+{{- end -}}
+
 {{/* The engines' grace period: the preStop sleep, the drain, then time to stop the engine. */}}
 {{- define "mmgate.engine.grace" -}}
 {{- $e := .Values.engine -}}
