@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from gateway.api.audio.form import AudioLimits
+from gateway.ratelimit import flags as rate_flags
 from gateway.render.prompt import GRPC_MAX_MESSAGE_BYTES
 from gateway.render.worker_media import MM_PROCESSING
 from gateway.server import tls
@@ -301,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         "included, over this server's own API (default: on)",
     )
     tls.add_arguments(p)
+    rate_flags.add_arguments(p)
     _parser_arguments(p)
     _pool_arguments(p)
     _limit_arguments(p)
@@ -538,8 +540,21 @@ def main(argv: list[str]) -> int:
         given = args.api_key + [os.environ.get("VLLM_API_KEY", "")]
         api_keys = read_keys(given, args.api_key_file, [API_KEYS_ENV])
         admin_keys = read_keys(args.admin_api_key, args.admin_api_key_file, [ADMIN_KEYS_ENV])
+        key_labels = rate_flags.read_labelled_keys(args.tenant_api_key, args.tenant_api_key_file)
     except OSError as error:
         parser.error(f"cannot read a key file: {error.filename}: {error.strerror}")
+    except ValueError as error:
+        parser.error(str(error))
+    # labelled keys are /v1 keys too (SMG: they layer on top of --api-key)
+    api_keys = list(dict.fromkeys([*api_keys, *key_labels]))
+    try:
+        rate_limits = rate_flags.from_args(
+            args, key_labels, args.max_in_flight, args.api_server_count
+        )
+    except OSError as error:
+        parser.error(f"cannot read {error.filename}: {error.strerror}")
+    except ValueError as error:
+        parser.error(str(error))
     if args.metrics_auth == "api-key" and not api_keys:
         parser.error("--metrics-auth api-key needs an API key (--api-key or its file or env)")
     if args.metrics_auth == "admin" and not (admin_keys or api_keys):
@@ -577,6 +592,8 @@ def main(argv: list[str]) -> int:
         admin_api_keys=admin_keys,
         admin_enabled=admin_enabled(args.host, admin_keys, args.insecure_open_admin),
         metrics_auth=args.metrics_auth,
+        api_key_labels=key_labels,
+        rate_limits=rate_limits,
         cors=CorsConfig(
             allowed_origins=args.allowed_origins,
             allowed_methods=args.allowed_methods,

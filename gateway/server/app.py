@@ -39,6 +39,9 @@ from gateway.errors import MmgateError, error_response
 from gateway.observability.metrics import GatewayMetrics, MediaCacheCollector
 from gateway.observability.tracing import configure as configure_tracing
 from gateway.playground.routes import playground_routes
+from gateway.ratelimit.callers import key_callers
+from gateway.ratelimit.limiter import RateLimiter
+from gateway.ratelimit.middleware import RateLimitMiddleware
 from gateway.render.bundle import unpack_bundle
 from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import PromptBuilder
@@ -273,15 +276,21 @@ def _middleware(
     admission: Admission | SharedAdmission,
 ) -> ASGIApp:
     """Around the FastAPI app, outermost last: request ids and logs see everything, CORS
-    answers preflights before the API key is asked for, and only authorized requests take
-    admission slots. The generation routes are served inside all of them by HotRoutes and
-    never enter FastAPI (its router, exception and error layers cost ~50 us a request)."""
+    answers preflights before the API key is asked for, and only authorized requests the
+    rate limits (if any) let through take admission slots. The generation routes are served
+    inside all of them by HotRoutes and never enter FastAPI (its router, exception and error
+    layers cost ~50 us a request)."""
     hot = hot_handlers()
     stack: ASGIApp = HotRoutes(app, hot, app.state, config.limits)
     stack = AdmissionMiddleware(stack, admission, metrics, admitted_paths())
+    callers: list[str] = []
+    if config.rate_limits is not None:
+        limiter = RateLimiter(config.rate_limits, metrics=metrics)
+        stack = RateLimitMiddleware(stack, limiter, admitted_paths())
+        callers = key_callers(config.api_keys, config.api_key_labels)
     surfaces = config.surfaces()
     if surfaces.api or surfaces.admin != () or surfaces.metrics:
-        stack = ApiKeyMiddleware(stack, config.api_keys, surfaces)
+        stack = ApiKeyMiddleware(stack, config.api_keys, surfaces, callers)
     if config.cors.allowed_origins:
         stack = CORSMiddleware(
             stack,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from gateway.api.responses.memory_store import StoreLimits
 from gateway.parsers.config import ParsingConfig
+from gateway.ratelimit.policy import RateLimits
 from gateway.render.worker_media import MmProcessing
 from gateway.server.access import MetricsAuth, Surfaces
 from gateway.server.limits import RequestLimits
@@ -59,6 +60,10 @@ class GatewayConfig:
     admin_api_keys: list[str] = field(default_factory=list)
     admin_enabled: bool = True
     metrics_auth: MetricsAuth = "open"
+    # gateway.ratelimit: each labelled key's label (--tenant-api-key LABEL:KEY; the keys are
+    # in api_keys too), and the limits of this process; None: no limiter is made at all
+    api_key_labels: dict[str, str] = field(default_factory=dict)
+    rate_limits: RateLimits | None = None
     cors: CorsConfig = field(default_factory=CorsConfig)
     worker_dns: list[str] = field(default_factory=list)
     pool: PoolOptions = field(default_factory=PoolOptions)

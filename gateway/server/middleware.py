@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -21,6 +21,7 @@ from gateway.errors import GatewayError, error_body
 from gateway.observability import tracing
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.request_log import bind_request_id, current_request_id, unbind_request_id
+from gateway.ratelimit.callers import SCOPE_KEY as CALLER
 from gateway.server.access import Surfaces
 from gateway.server.admission import Admission
 from gateway.server.processes.shared import SharedAdmission
@@ -135,13 +136,20 @@ class ApiKeyMiddleware:
     from it unless told to send one."""
 
     def __init__(
-        self, app: ASGIApp, keys: Collection[str], surfaces: Surfaces | None = None
+        self,
+        app: ASGIApp,
+        keys: Collection[str],
+        surfaces: Surfaces | None = None,
+        callers: Sequence[str] = (),
     ) -> None:
+        """`callers`: who each /v1 key is (gateway.ratelimit.callers), in `surfaces.api`'s
+        order, put on the scope of a request whose key matched; none: nothing is put."""
         self.app = app
         surfaces = surfaces or Surfaces.of(list(keys), [], "open", True)
         # sha-256 first, as vLLM does: compare_digest then always compares 32 bytes, so the
         # time taken tells nothing of a key's length either
         self.api = _digests(surfaces.api)
+        self.callers = list(callers)
         self.admin = None if surfaces.admin is None else _digests(surfaces.admin)
         self.metrics = _digests(surfaces.metrics)
 
@@ -162,18 +170,26 @@ class ApiKeyMiddleware:
             keys = self.metrics
         else:
             keys = []
-        if not keys or self._authorized(scope, keys):
+        if not keys:
+            await self.app(scope, receive, send)
+            return
+        matched = self._matched(scope, keys)
+        if matched is not None:
+            if keys is self.api and self.callers:
+                scope[CALLER] = self.callers[matched]
             await self.app(scope, receive, send)
             return
         body = error_body("invalid or missing API key", 401)
         await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
 
-    def _authorized(self, scope: Scope, keys: list[bytes]) -> bool:
+    def _matched(self, scope: Scope, keys: list[bytes]) -> int | None:
+        """The index of the key given, or None."""
         given = (_bearer(_header(scope, b"authorization")), _header(scope, b"x-api-key"))
         # compare every key given with every key, always, so timing tells nothing about which
         # one nearly matched
-        matches = [hmac.compare_digest(_digest(g.strip()), k) for g in given if g for k in keys]
-        return sum(matches) > 0
+        digests = [_digest(g.strip()) for g in given if g]
+        matches = [any([hmac.compare_digest(d, k) for d in digests]) for k in keys]
+        return matches.index(True) if sum(matches) else None
 
 
 def _digest(key: str) -> bytes:

@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics
+from gateway.ratelimit.usage import charge_generated
 from gateway.stream.detokenizer import IncrementalText, TextOptions
 from gateway.stream.logprobs import Position
 from gateway.workers.retry import Reroute, RetryingGenerate
@@ -246,6 +247,7 @@ class Generation:
             self.usage.prompt_tokens = response.chunk.prompt_tokens or self.usage.prompt_tokens
             choice = self._choice(response.chunk.index)
             choice.on_chunk(response.chunk)
+            charge_generated(len(response.chunk.token_ids))
             return [(choice, False)]
         if response.HasField("complete"):
             complete = response.complete
@@ -254,6 +256,8 @@ class Generation:
                 self.usage.cached_tokens = complete.cached_tokens
             self.usage.prompt_tokens = complete.prompt_tokens or self.usage.prompt_tokens
             choice.on_complete(complete, whole=not self.generate.stream)
+            if not self.generate.stream:  # (a stream's Complete repeats its last delta)
+                charge_generated(len(complete.output_ids))
             if complete.HasField("kv_transfer_params_json"):
                 self.kv_transfer_params = _json_object(complete.kv_transfer_params_json)
             return [(choice, True)]
