@@ -8,13 +8,12 @@ import hmac
 import logging
 
 import pytest
-import uvicorn
 from starlette.responses import PlainTextResponse
 from starlette.testclient import TestClient
 
 from gateway.cli import serve
 from gateway.observability import request_log
-from gateway.server import middleware
+from gateway.server import middleware, tls
 from gateway.server.access import (
     Surfaces,
     admin_enabled,
@@ -241,7 +240,9 @@ def served(monkeypatch):
     for name in ("VLLM_API_KEY", "MMGATE_API_KEYS", "MMGATE_ADMIN_API_KEYS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(app_module, "create_app", lambda config: built.append(config))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    # serve.main runs tls.Server (uvicorn's Server), not uvicorn.run: without this the test
+    # binds port 8000 for real, and fails when something else holds it
+    monkeypatch.setattr(tls.Server, "run", lambda self: setattr(self, "started", True))
     monkeypatch.setattr(request_log, "configure_logging", lambda *a, **k: None)
 
     def run(*argv: str) -> GatewayConfig:
