@@ -16,12 +16,12 @@ from gateway.ratelimit.policy import Limit, RateLimits, load_config
 TENANT_KEYS_ENV = "MMGATE_TENANT_API_KEYS"
 
 HELP = (
-    "Token buckets refused with 429, a Retry-After header (whole seconds) and an OpenAI error "
-    "body, on the generation routes only. With --api-server-count N every process holds "
-    "its own buckets: --rate-limit-tokens-per-second is divided among them (the gateway's "
-    "total stays the flag's), but the per-key limits are not (one client's connections "
-    "may all reach one process), so a key spreading its requests over N processes can get "
-    "up to N times its limits."
+    "Token buckets on the generation routes: a request over a limit is refused with 429, a "
+    "Retry-After header (whole seconds) and an OpenAI error body. With --api-server-count N "
+    "every process holds its own buckets: --rate-limit-tokens-per-second is divided among "
+    "them (the gateway's total stays the flag's), but the per-key limits are not (one "
+    "client's connections may all reach one process), so a key spreading its requests over "
+    "N processes can get up to N times its limits."
 )
 
 

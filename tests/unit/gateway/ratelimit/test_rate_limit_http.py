@@ -232,3 +232,27 @@ def test_generation_charges_the_tokens_it_receives(stream):
     assert sum(charged) == 6
     usage.charge_generated(5)  # unbound: charges nobody
     assert sum(charged) == 6
+
+
+def _layers(app) -> list[type]:
+    layers = []
+    while app is not None:
+        layers.append(type(app))
+        app = getattr(app, "app", None)
+    return layers
+
+
+def test_the_app_has_a_rate_limit_layer_only_when_a_limit_is_given():
+    from gateway.server.app import create_app
+    from gateway.server.config import GatewayConfig
+
+    plain = GatewayConfig(model=".", workers=["grpc://127.0.0.1:9"], api_keys=[RED])
+    assert RateLimitMiddleware not in _layers(create_app(plain))
+    limited = GatewayConfig(
+        model=".",
+        workers=["grpc://127.0.0.1:9"],
+        api_keys=[RED],
+        rate_limits=RateLimits(Limit(1, 1)),
+    )
+    layers = _layers(create_app(limited))
+    assert layers.index(ApiKeyMiddleware) < layers.index(RateLimitMiddleware)  # inside it
