@@ -521,11 +521,11 @@ def test_the_gateway_built_from_the_rendered_args_answers_the_probes(variant, mo
     engines' name does not resolve, as before any engine is ready): liveness 200, readiness
     503, both without the API key the kubelet does not send; the API itself wants it. /admin,
     on the pod's 0.0.0.0, answers 404 unless the chart was given an admin key."""
-    import uvicorn
     from starlette.testclient import TestClient
 
     from gateway.cli import serve
     from gateway.observability import request_log
+    from gateway.server import tls
     from gateway.server.app import create_app
     from gateway.server.processes.supervisor import Supervisor
 
@@ -554,7 +554,13 @@ def test_the_gateway_built_from_the_rendered_args_answers_the_probes(variant, mo
 
     apps = []
     monkeypatch.setattr(socket, "getaddrinfo", no_cluster_dns)
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append((app, kw)))
+
+    def serve_one(server: tls.Server) -> None:
+        # one process: serve.main runs uvicorn's Server on the config it built
+        apps.append((server.config.app, {"host": server.config.host, "port": server.config.port}))
+        server.started = True
+
+    monkeypatch.setattr(tls.Server, "run", serve_one)
 
     def supervise(supervisor: Supervisor) -> int:
         # --api-server-count > 1: each child serves this app, sharing admission and the rest
