@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from gateway.api.audio.form import AudioLimits
+from gateway.cli import process_title
 from gateway.ratelimit import flags as rate_flags
 from gateway.render.prompt import GRPC_MAX_MESSAGE_BYTES
 from gateway.render.worker_media import MM_PROCESSING
@@ -545,6 +546,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"cannot read a key file: {error.filename}: {error.strerror}")
     except ValueError as error:
         parser.error(str(error))
+    process_title.hide_secrets([*api_keys, *admin_keys, *key_labels])
     # labelled keys are /v1 keys too (SMG: they layer on top of --api-key)
     api_keys = list(dict.fromkeys([*api_keys, *key_labels]))
     try:

@@ -3,8 +3,10 @@ equal to vLLM's handlers, API keys, CORS, request ids in headers and logs, /metr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -154,6 +156,18 @@ def test_the_posture_line_names_the_surfaces_and_no_log_line_holds_the_key(gatew
     assert "/v1 api key required (1 accepted)" in posture["msg"]
     assert "/admin api key required" in posture["msg"] and "/metrics OPEN" in posture["msg"]
     assert KEY not in text
+
+
+def test_no_process_title_shows_the_key_given_as_a_flag(gateway):
+    """The gateway got `--api-key KEY` on its command line: its title (what `ps` and
+    /proc/PID/cmdline show every user) has it masked, and no process shows it."""
+    title = Path(f"/proc/{gateway.proc.pid}/cmdline").read_bytes()
+    assert b"--api-key ***" in title
+    shown = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):  # a process that ended while we looked
+            shown += [cmdline] if KEY.encode() in cmdline.read_bytes() else []
+    assert not shown
 
 
 def scrape(gateway: GatewayProcess) -> dict[tuple[str, tuple], float]:
