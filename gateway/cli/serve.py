@@ -643,6 +643,7 @@ def main(argv: list[str]) -> int:
             config.playground,
             config.workers + config.worker_dns,
             http_tls,
+            rate_limits,
         )
     )
     if args.api_server_count > 1:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from gateway.ratelimit.policy import RateLimits
 from gateway.server.tls import HttpTls
 
 log = logging.getLogger("mmgate.security")
@@ -102,6 +103,7 @@ def posture(
     playground: bool,
     workers: Sequence[str],
     http_tls: HttpTls | None = None,
+    rate_limits: RateLimits | None = None,
 ) -> tuple[str, bool]:
     """The start-up line naming each surface's guard and each hop's transport, and whether it
     is a warning: something answers without a credential, or in plain text, off loopback."""
@@ -124,6 +126,7 @@ def posture(
         "playground": "OPEN (a page holding no secret; its API calls need /v1's key)"
         if playground
         else "off",
+        "rate limits": _rate_limits(rate_limits),
         "workers hop": "TLS" if workers and len(tls_workers) == len(workers) else "plain text",
     }
     exposed = not is_loopback(host)
@@ -132,6 +135,17 @@ def posture(
     if exposed and loose:
         line += f" -- open or plain text on a non-loopback address: {', '.join(loose)}"
     return line, exposed and bool(loose)
+
+
+def _rate_limits(limits: RateLimits | None) -> str:
+    if limits is None:
+        return "none"
+    parts = []
+    if limits.global_requests is not None:
+        parts.append(f"{limits.global_requests.rate:g} requests/s in all")
+    if limits.default is not None:
+        parts.append(f"per caller ({len(limits.tenants)} with their own)")
+    return ", ".join(parts)
 
 
 def _http_transport(http_tls: HttpTls | None) -> str:

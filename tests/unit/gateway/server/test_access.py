@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from gateway.cli import serve
 from gateway.observability import request_log
+from gateway.ratelimit.policy import Limit, Policy, RateLimits
 from gateway.server import middleware, tls
 from gateway.server.access import (
     Surfaces,
@@ -320,3 +321,13 @@ def test_posture_names_the_http_tls(cert_reqs: int, expected: str) -> None:
     line, _ = posture("127.0.0.1", 8000, surfaces, False, False, [], http_tls)
     assert expected in line
     assert "plain text (no TLS)" not in line
+
+
+def test_posture_names_the_rate_limits() -> None:
+    surfaces = Surfaces(api=("k",), admin=("k",), metrics=())
+    per_caller = Policy(requests=Limit(5, 5))
+    limits = RateLimits(Limit(50, 8), per_caller, {"auth:red": per_caller})
+    line, _ = posture("127.0.0.1", 8000, surfaces, False, False, [], None, limits)
+    assert "rate limits 50 requests/s in all, per caller (1 with their own);" in line
+    line, _ = posture("127.0.0.1", 8000, surfaces, False, False, [])
+    assert "rate limits none;" in line
