@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.server.tls import HttpTls
+from gateway.workers.tls import WorkerTls, is_tls
 
 log = logging.getLogger("mmgate.security")
 
@@ -102,6 +103,7 @@ def posture(
     playground: bool,
     workers: Sequence[str],
     http_tls: HttpTls | None = None,
+    worker_tls: WorkerTls | None = None,
 ) -> tuple[str, bool]:
     """The start-up line naming each surface's guard and each hop's transport, and whether it
     is a warning: something answers without a credential, or in plain text, off loopback."""
@@ -114,8 +116,11 @@ def posture(
         admin = "off (404: not loopback and no --admin-api-key; --insecure-open-admin opens it)"
     else:
         admin = guard(surfaces.admin, "admin" if admin_keyed else "api")
-    # Every worker address today is grpc:// (h2c): there is no TLS hop to the engines yet.
-    tls_workers = [w for w in workers if w.startswith("grpcs://")]
+    # TLS only when every worker is grpcs:// (one grpc:// worker is a plain-text hop).
+    tls_workers = [w for w in workers if is_tls(w)]
+    hop = "TLS" if workers and len(tls_workers) == len(workers) else "plain text"
+    if hop == "TLS" and worker_tls is not None and worker_tls.mutual:
+        hop += ", client certificate sent (mutual TLS)"
     parts = {
         "http": _http_transport(http_tls),
         "/v1": guard(surfaces.api, "api"),
@@ -124,7 +129,7 @@ def posture(
         "playground": "OPEN (a page holding no secret; its API calls need /v1's key)"
         if playground
         else "off",
-        "workers hop": "TLS" if workers and len(tls_workers) == len(workers) else "plain text",
+        "workers hop": hop,
     }
     exposed = not is_loopback(host)
     loose = [name for name, state in parts.items() if state.startswith(("OPEN", "plain"))]
