@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+import grpc
+
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics, GaugesFrom
 from gateway.workers.health import STATE_VALUES, CircuitBreaker, HealthGate
@@ -166,7 +168,8 @@ class WorkerPool:
             # Once per outage: an engine loading a model for minutes is not news every 5 s.
             if not worker.unreachable:
                 hint = _tls_hint(worker)
-                log.warning("worker %s not reachable%s: %s", worker.url, hint, error)
+                why = _one_line(error)
+                log.warning("worker %s not reachable%s: %s", worker.url, hint, why)
             worker.unreachable = True
             return None
         worker.unreachable = False
@@ -473,6 +476,14 @@ def _host_port(url: str) -> tuple[str, int]:
 
 def _url(scheme: str, ip: str, port: int) -> str:
     return f"{scheme}[{ip}]:{port}" if ":" in ip else f"{scheme}{ip}:{port}"
+
+
+def _one_line(error: Exception) -> str:
+    """An error for one log line: a gRPC error's code and details (gRPC's own str() spans
+    several lines)."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error).replace("\n", " ")
 
 
 def _tls_hint(worker: Worker) -> str:
