@@ -8,13 +8,12 @@ import hmac
 import logging
 
 import pytest
-import uvicorn
 from starlette.responses import PlainTextResponse
 from starlette.testclient import TestClient
 
 from gateway.cli import serve
 from gateway.observability import request_log
-from gateway.server import middleware
+from gateway.server import middleware, tls
 from gateway.server.access import (
     Surfaces,
     admin_enabled,
@@ -241,7 +240,8 @@ def served(monkeypatch):
     for name in ("VLLM_API_KEY", "MMGATE_API_KEYS", "MMGATE_ADMIN_API_KEYS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(app_module, "create_app", lambda config: built.append(config))
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    # serve.main runs tls.Server (uvicorn's, with the certificate refresher): never bind
+    monkeypatch.setattr(tls.Server, "run", lambda server: setattr(server, "started", True))
     monkeypatch.setattr(request_log, "configure_logging", lambda *a, **k: None)
 
     def run(*argv: str) -> GatewayConfig:
