@@ -369,7 +369,8 @@ class WorkerPool:
             for url in sorted(found - self._dns_members[name]):
                 # Dialled by IP address, a TLS member is checked against the DNS name (the
                 # name a certificate for a Kubernetes service carries), not the address.
-                await self.add(url, server_name=host if is_tls(name) else None)
+                # (An absolute name's trailing dot is no part of the certificate's name.)
+                await self.add(url, server_name=host.rstrip(".") if is_tls(name) else None)
             for url in sorted(self._dns_members[name] - found):
                 if url in self.workers:
                     self.remove(url)

@@ -136,6 +136,20 @@ def test_the_posture_line_names_the_mutual_tls_hop(gateway) -> None:
     assert "workers hop TLS, client certificate sent (mutual TLS)" in log
 
 
+def test_a_grpcs_worker_added_through_admin_is_reached_over_tls(gateway, engine) -> None:
+    """POST /admin/workers with grpcs:// (the same engine under its other certificate name,
+    localhost): connected with the gateway's CA and client certificate."""
+    url = f"grpcs://localhost:{engine.port}"
+    added = httpx.post(f"{gateway.base_url}/admin/workers", json={"url": url}, timeout=30)
+    try:
+        assert added.status_code == 201, added.text
+        described = added.json()
+        assert described["url"] == url
+        assert described["connected"] and not described["refused"]
+    finally:
+        httpx.request("DELETE", f"{gateway.base_url}/admin/workers", json={"url": url})
+
+
 def _unusable(
     model: Path, worker: str, log: Path, *flags: str, wait_for: str = "not reachable"
 ) -> str:

@@ -125,13 +125,13 @@ async def _dns_members(ca: TestCa) -> None:
         return ["10.0.0.1", "fd00::1"]
 
     pool = WorkerPool(
-        [], PoolOptions(tls=WorkerTls((ca.path,))), ["grpcs://engines.ns:50051"],
+        [], PoolOptions(tls=WorkerTls((ca.path,))), ["grpcs://engines.ns.svc.cluster.local.:50051"],
         resolver=resolve,
     )  # fmt: skip
     try:
         await pool._resolve_dns()
         assert sorted(pool.workers) == ["grpcs://10.0.0.1:50051", "grpcs://[fd00::1]:50051"]
         for worker in pool.workers.values():
-            assert worker.tls and worker._streams.tls[1] == "engines.ns"
+            assert worker.tls and worker._streams.tls[1] == "engines.ns.svc.cluster.local"
     finally:
         await pool.close()
