@@ -61,6 +61,9 @@ def build_parser():
         "sender drops the least recently used share whole. Size it to the number of gateway "
         "processes across replicas (default: %(default)s)",
     )
+    from engine_server import tls
+
+    tls.add_arguments(group)
     AsyncEngineArgs.add_cli_args(parser)
     parser.set_defaults(model=None)
     return parser
@@ -69,6 +72,7 @@ def build_parser():
 def main(argv: list[str]) -> int:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
+    from engine_server import tls
     from engine_server.media_refs import MediaRefSettings
     from engine_server.server import ServeOptions, serve
 
@@ -76,6 +80,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:  # before the model loads: a bad setting must not cost a load
         media = MediaRefSettings.resolve(args.mm_processor, args.mm_max_item_bytes)
+        server_tls = tls.from_args(args)
     except ValueError as error:
         parser.error(str(error))
     if args.mm_item_cache_senders < 1:
@@ -95,6 +100,7 @@ def main(argv: list[str]) -> int:
         drain_timeout=args.drain_timeout,
         media=media,
         item_senders=args.mm_item_cache_senders,
+        tls=server_tls,
     )
     asyncio.run(serve(AsyncEngineArgs.from_cli_args(args), options))
     return 0

@@ -17,6 +17,7 @@ from engine_server.media_refs import MediaRefSettings, build_media_processor
 from engine_server.mm_item_cache import DEFAULT_ITEM_SENDERS
 from engine_server.reaper import start_reaper
 from engine_server.servicer import EngineServicer
+from engine_server.tls import ServerTls
 from protos import vllm_engine_pb2, vllm_engine_pb2_grpc
 
 log = logging.getLogger("mmgate.engine")
@@ -39,6 +40,7 @@ class ServeOptions:
     drain_timeout: float = 30.0
     media: MediaRefSettings = field(default_factory=MediaRefSettings)
     item_senders: int = DEFAULT_ITEM_SENDERS  # --mm-item-cache-senders
+    tls: ServerTls | None = None  # None: plain text (h2c)
 
 
 class EngineServer:
@@ -63,13 +65,20 @@ class EngineServer:
 
     async def start(self) -> int:
         address = f"{self.options.host}:{self.options.port}"
-        self.port = self.server.add_insecure_port(address)
+        tls = self.options.tls
+        if tls is None:
+            self.port = self.server.add_insecure_port(address)
+        else:
+            self.port = self.server.add_secure_port(address, tls.credentials())
         if self.port == 0:
             raise OSError(f"cannot bind the gRPC server to {address}")
         await self.server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         self._watch = asyncio.create_task(self._watch_engine())
-        log.info("VllmEngine serving on %s:%d", self.options.host, self.port)
+        transport = "plain text (h2c)"
+        if tls is not None:
+            transport = "TLS, client certificate required" if tls.client_ca_path else "TLS"
+        log.info("VllmEngine serving on %s:%d, %s", self.options.host, self.port, transport)
         return self.port
 
     async def stop(self) -> None:

@@ -23,6 +23,7 @@ from gateway.server.access import (
 )
 from gateway.server.config import AdmissionConfig
 from gateway.server.limits import MIB, RequestLimits
+from gateway.workers import tls as worker_tls
 from gateway.workers.pool import PoolOptions
 from gateway.workers.tensor_transport import DEFAULT_SHM_MIN_BYTES, TRANSPORT_MODES
 
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="grpc://HOST:PORT",
-        help="an engine worker; repeat for several",
+        help="an engine worker; repeat for several. grpcs://HOST:PORT: over TLS (see "
+        "--ca-cert-paths)",
     )
     p.add_argument(
         "--worker-dns",
@@ -60,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="grpc://NAME:PORT",
         help="a DNS name whose every address is a worker, re-resolved every --dns-interval "
-        "seconds (e.g. a Kubernetes headless service); repeatable",
+        "seconds (e.g. a Kubernetes headless service); repeatable. grpcs://NAME:PORT: over "
+        "TLS, each worker's certificate checked against NAME",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
@@ -304,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tls.add_arguments(p)
     rate_flags.add_arguments(p)
+    worker_tls.add_arguments(p)
     _parser_arguments(p)
     _pool_arguments(p)
     _limit_arguments(p)
@@ -534,6 +538,7 @@ def main(argv: list[str]) -> int:
         parser.error(str(error))
     try:
         http_tls = tls.from_args(args)
+        workers_tls = worker_tls.from_args(args)
     except ValueError as error:
         parser.error(str(error))
     try:
@@ -615,6 +620,7 @@ def main(argv: list[str]) -> int:
             balance_threshold=args.balance_threshold,
             cache_threshold=args.cache_threshold,
             stream_client=args.stream_client,
+            tls=workers_tls,
         ),
         admission=AdmissionConfig(args.max_in_flight, args.max_queue, args.queue_timeout),
         otlp_traces_endpoint=args.otlp_traces_endpoint,
@@ -644,6 +650,7 @@ def main(argv: list[str]) -> int:
             config.workers + config.worker_dns,
             http_tls,
             rate_limits,
+            workers_tls,
         )
     )
     if args.api_server_count > 1:

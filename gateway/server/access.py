@@ -19,6 +19,7 @@ from typing import Literal
 
 from gateway.ratelimit.policy import RateLimits
 from gateway.server.tls import HttpTls
+from gateway.workers.tls import WorkerTls, is_tls
 
 log = logging.getLogger("mmgate.security")
 
@@ -104,6 +105,7 @@ def posture(
     workers: Sequence[str],
     http_tls: HttpTls | None = None,
     rate_limits: RateLimits | None = None,
+    worker_tls: WorkerTls | None = None,
 ) -> tuple[str, bool]:
     """The start-up line naming each surface's guard and each hop's transport, and whether it
     is a warning: something answers without a credential, or in plain text, off loopback."""
@@ -116,8 +118,11 @@ def posture(
         admin = "off (404: not loopback and no --admin-api-key; --insecure-open-admin opens it)"
     else:
         admin = guard(surfaces.admin, "admin" if admin_keyed else "api")
-    # Every worker address today is grpc:// (h2c): there is no TLS hop to the engines yet.
-    tls_workers = [w for w in workers if w.startswith("grpcs://")]
+    # TLS only when every worker is grpcs:// (one grpc:// worker is a plain-text hop).
+    tls_workers = [w for w in workers if is_tls(w)]
+    hop = "TLS" if workers and len(tls_workers) == len(workers) else "plain text"
+    if hop == "TLS" and worker_tls is not None and worker_tls.mutual:
+        hop += ", client certificate sent (mutual TLS)"
     parts = {
         "http": _http_transport(http_tls),
         "/v1": guard(surfaces.api, "api"),
@@ -127,7 +132,7 @@ def posture(
         if playground
         else "off",
         "rate limits": _rate_limits(rate_limits),
-        "workers hop": "TLS" if workers and len(tls_workers) == len(workers) else "plain text",
+        "workers hop": hop,
     }
     exposed = not is_loopback(host)
     loose = [name for name, state in parts.items() if state.startswith(("OPEN", "plain"))]

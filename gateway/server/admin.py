@@ -1,8 +1,9 @@
 """/admin/workers: see, add and remove engine workers at runtime.
 
 GET lists every worker with its state; POST {"url": "grpc://HOST:PORT"} adds one (it gets
-traffic once it answers); DELETE {"url": ...} stops routing to it and drops it once its requests
-have finished. Guarded by the API key when one is set. With several gateway processes
+traffic once it answers; grpcs://HOST:PORT: over TLS, with the --ca-cert-paths settings);
+DELETE {"url": ...} stops routing to it and drops it once its requests have finished.
+Guarded by the API key when one is set. With several gateway processes
 (`--api-server-count`), the process that took the change passes it to the others through the
 supervisor (processes/control.py); GET shows the whole gateway's view (processes' counts
 summed, a worker healthy when every process finds it so).

@@ -1,4 +1,5 @@
-"""A lean gRPC client for server-streaming calls over one HTTP/2 connection (plaintext, h2c).
+"""A lean gRPC client for server-streaming calls over one HTTP/2 connection (h2c, or TLS with
+ALPN h2 for grpcs:// workers).
 
 Why not grpc.aio for this: each message of a grpc.aio stream crosses from gRPC's poller thread
 into the event loop through a future, about 80 us of CPU per message here, and the gRPC C core

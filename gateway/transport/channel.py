@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
@@ -15,13 +16,21 @@ __all__ = ["StreamChannel"]
 
 
 class StreamChannel:
-    """Server-streaming gRPC calls to one `host:port`, over a connection opened on demand."""
+    """Server-streaming gRPC calls to one `host:port`, over a connection opened on demand.
+    `tls`: an ssl context offering ALPN h2 and the name the server's certificate must carry;
+    the connection is then TLS or nothing (never plain text)."""
 
-    def __init__(self, address: str, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        connect_timeout: float = 10.0,
+        tls: tuple[ssl.SSLContext, str] | None = None,
+    ) -> None:
         host, _, port = address.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
         self.authority = address
         self.connect_timeout = connect_timeout
+        self.tls = tls
         self._connection: Connection | None = None
         self._connecting: asyncio.Future | None = None
 
@@ -72,15 +81,22 @@ class StreamChannel:
 
     async def _dial(self) -> Connection:
         loop = asyncio.get_running_loop()
+        secure = self.tls is not None
+        kwargs = {"ssl": self.tls[0], "server_hostname": self.tls[1]} if self.tls else {}
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(self.authority), self.host, self.port),
+                loop.create_connection(
+                    lambda: Connection(self.authority, secure), self.host, self.port, **kwargs
+                ),
                 self.connect_timeout,
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (OSError, asyncio.TimeoutError) as exc:  # ssl.SSLError is an OSError
+            what = "TLS handshake with" if secure else "connect to"
             raise rpc_error(
-                grpc.StatusCode.UNAVAILABLE, f"cannot connect to {self.authority}: {exc}"
+                grpc.StatusCode.UNAVAILABLE, f"cannot {what} {self.authority}: {exc!r}"
             ) from None
+        if connection.refusal:  # e.g. a TLS server that does not speak HTTP/2
+            raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self.authority}: {connection.refusal}")
         self._connection = connection
         return connection
 

@@ -53,8 +53,12 @@ from gateway.transport.frames import (
 class Connection(asyncio.Protocol):
     """One HTTP/2 connection; all of its state lives in the event loop's thread."""
 
-    def __init__(self, authority: str) -> None:
+    def __init__(self, authority: str, secure: bool = False) -> None:
+        """`secure`: the transport is TLS (`:scheme` https, and the server must pick ALPN
+        h2, RFC 9113 3.2)."""
         self.authority = authority
+        self.secure = secure
+        self.refusal = ""  # why the connection was dropped before its preface, if it was
         self.transport: asyncio.Transport | None = None
         self.streams: dict[int, CallState] = {}
         self.next_id = 1
@@ -78,6 +82,14 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.secure:
+            tls = transport.get_extra_info("ssl_object")
+            alpn = tls.selected_alpn_protocol() if tls is not None else None
+            if alpn != "h2":
+                self.refusal = f"the TLS server did not select ALPN h2 (it chose {alpn!r})"
+                self.closed = True
+                transport.close()
+                return
         _keepalive(transport.get_extra_info("socket"))
         settings = struct.pack(
             ">HIHI", SETTINGS_ENABLE_PUSH, 0, SETTINGS_INITIAL_WINDOW_SIZE, RECEIVE_WINDOW
@@ -318,7 +330,7 @@ class Connection(asyncio.Protocol):
         self.next_id += 2
         self.streams[stream.id] = stream
         block = self.blocks.get(path) or self.blocks.setdefault(
-            path, request_header_block(self.authority, path)
+            path, request_header_block(self.authority, path, self.secure)
         )
         if metadata:
             block += metadata_fields(metadata)

@@ -72,8 +72,9 @@ def metadata_fields(metadata: Sequence[tuple[str, str]]) -> bytes:
     return b"".join(_literal(name.encode(), value.encode()) for name, value in metadata)
 
 
-def request_header_block(authority: str, path: str) -> bytes:
-    """HPACK block of a gRPC request: POST and http from the static table, the rest literal."""
+def request_header_block(authority: str, path: str, secure: bool = False) -> bytes:
+    """HPACK block of a gRPC request: POST and the scheme (https over TLS, else http) from the
+    static table, the rest literal."""
     fields = [
         (b":path", path.encode()),
         (b":authority", authority.encode()),
@@ -81,7 +82,8 @@ def request_header_block(authority: str, path: str) -> bytes:
         (b"te", b"trailers"),
         (b"user-agent", b"mmgate-grpc-stream"),
     ]
-    return b"\x83\x86" + b"".join(_literal(name, value) for name, value in fields)
+    scheme = b"\x87" if secure else b"\x86"  # static table 7 :scheme https, 6 http
+    return b"\x83" + scheme + b"".join(_literal(name, value) for name, value in fields)
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:

@@ -14,13 +14,16 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import grpc
 
 from gateway.errors import GatewayError
 from gateway.observability.metrics import GatewayMetrics, GaugesFrom
 from gateway.workers.health import STATE_VALUES, CircuitBreaker, HealthGate
 from gateway.workers.kv_index import KvEventIndex, follow_worker
 from gateway.workers.routing import MmSpan, Router
+from gateway.workers.tls import PLAIN_SCHEME, TLS_SCHEME, WorkerTls, is_tls
 from gateway.workers.worker import Worker, WorkerFacts, parse_address
 from multimodal.pipeline import PixelEncoding
 
@@ -65,6 +68,7 @@ class PoolOptions:
     balance_threshold: int = 8
     cache_threshold: float = 0.5
     stream_client: str = "mmgate"
+    tls: WorkerTls = field(default_factory=WorkerTls)  # for grpcs:// workers
 
 
 @asynccontextmanager
@@ -121,7 +125,7 @@ class WorkerPool:
         self.model: WorkerFacts | None = None
         self.model_known = asyncio.Event()
 
-    def _new_worker(self, url: str) -> Worker:
+    def _new_worker(self, url: str, server_name: str | None = None) -> Worker:
         o = self.options
         worker = Worker(
             url,
@@ -129,6 +133,8 @@ class WorkerPool:
             CircuitBreaker(o.breaker_failures, o.breaker_cooldown),
             o.stream_client,
             self.sender,
+            o.tls,
+            server_name,
         )
         self.workers[url] = worker
         return worker
@@ -161,7 +167,9 @@ class WorkerPool:
         except Exception as error:  # noqa: BLE001 - a down worker is retried by health checks
             # Once per outage: an engine loading a model for minutes is not news every 5 s.
             if not worker.unreachable:
-                log.warning("worker %s not reachable: %s", worker.url, error)
+                hint = _tls_hint(worker)
+                why = _one_line(error)
+                log.warning("worker %s not reachable%s: %s", worker.url, hint, why)
             worker.unreachable = True
             return None
         worker.unreachable = False
@@ -307,13 +315,15 @@ class WorkerPool:
 
     # ---- membership ----
 
-    async def add(self, url: str) -> Worker:
+    async def add(self, url: str, server_name: str | None = None) -> Worker:
+        """`server_name`: for a grpcs:// worker, the name its certificate must carry (a
+        --worker-dns member's DNS name; default: the URL's host)."""
         parse_address(url)
         worker = self.workers.get(url)
         if worker is not None:
             worker.draining = False
             return worker
-        worker = self._new_worker(url)
+        worker = self._new_worker(url, server_name)
         log.info("worker %s added", url)
         await self._connect(worker)
         return worker
@@ -350,13 +360,17 @@ class WorkerPool:
     async def _resolve_dns(self) -> None:
         for name in self.dns_names:
             host, port = _host_port(name)
+            scheme = TLS_SCHEME if is_tls(name) else PLAIN_SCHEME
             try:
-                found = {_url(ip, port) for ip in await self._resolve(host, port)}
+                found = {_url(scheme, ip, port) for ip in await self._resolve(host, port)}
             except OSError as error:
                 log.warning("resolving %s failed: %s; keeping its workers", name, error)
                 continue
             for url in sorted(found - self._dns_members[name]):
-                await self.add(url)
+                # Dialled by IP address, a TLS member is checked against the DNS name (the
+                # name a certificate for a Kubernetes service carries), not the address.
+                # (An absolute name's trailing dot is no part of the certificate's name.)
+                await self.add(url, server_name=host.rstrip(".") if is_tls(name) else None)
             for url in sorted(self._dns_members[name] - found):
                 if url in self.workers:
                     self.remove(url)
@@ -461,5 +475,23 @@ def _host_port(url: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _url(ip: str, port: int) -> str:
-    return f"grpc://[{ip}]:{port}" if ":" in ip else f"grpc://{ip}:{port}"
+def _url(scheme: str, ip: str, port: int) -> str:
+    return f"{scheme}[{ip}]:{port}" if ":" in ip else f"{scheme}{ip}:{port}"
+
+
+def _one_line(error: Exception) -> str:
+    """An error for one log line: a gRPC error's code and details (gRPC's own str() spans
+    several lines)."""
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return str(error).replace("\n", " ")
+
+
+def _tls_hint(worker: Worker) -> str:
+    if not worker.tls:
+        return ""
+    return (
+        " (grpcs://: no plain-text fallback; a failed TLS handshake shows here: check the "
+        "worker's certificate and name against --ca-cert-paths, and --client-cert-path if it "
+        "requires a client certificate)"
+    )

@@ -17,6 +17,7 @@ from gateway.errors import GatewayError
 from gateway.transport import StreamChannel
 from gateway.workers.health import CircuitBreaker, HealthGate
 from gateway.workers.send_once import ItemMirror
+from gateway.workers.tls import PLAIN_SCHEME, TLS_SCHEME, WorkerTls, is_tls
 from multimodal.pipeline import PixelEncoding
 from multimodal.wire import Piece
 from protos import common_pb2, extensions
@@ -107,12 +108,14 @@ def parse_schemes(mm_processor: str, schemes: str) -> frozenset[str]:
 
 
 def parse_address(url: str) -> str:
-    """grpc://host:port (or host:port) to the host:port gRPC dials: a DNS name or an IP
-    address (IPv6 in brackets) and a port number."""
-    address = url.removeprefix("grpc://")
+    """grpc://host:port, grpcs://host:port (TLS) or host:port (plain) to the host:port gRPC
+    dials: a DNS name or an IP address (IPv6 in brackets) and a port number."""
+    address = url.removeprefix(TLS_SCHEME) if is_tls(url) else url.removeprefix(PLAIN_SCHEME)
     host, _, port = address.rpartition(":")
     if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536 and _is_host(host)):
-        message = f"worker address must look like grpc://HOST:PORT, got {url!r}"
+        message = (
+            f"worker address must look like grpc://HOST:PORT or grpcs://HOST:PORT, got {url!r}"
+        )
         raise GatewayError(message, 400, "url")
     return address
 
@@ -150,22 +153,42 @@ class Worker:
         breaker: CircuitBreaker | None = None,
         stream_client: str = "mmgate",
         sender: str | None = None,
+        tls: WorkerTls | None = None,
+        server_name: str | None = None,
     ) -> None:
         """`sender`: this gateway process's id in the worker's item cache (WorkerPool's; a
-        fresh one when None)."""
+        fresh one when None). For a grpcs:// `url`: `tls`, the CAs and client certificate
+        (None: the system's CAs, no client certificate); `server_name`, the name its
+        certificate must carry (default: the URL's host; a --worker-dns member dialled by IP
+        address passes the DNS name)."""
         if stream_client not in STREAM_CLIENTS:
             raise ValueError(
                 f"stream client must be one of {STREAM_CLIENTS}, got {stream_client!r}"
             )
         self.url = url
         self.address = parse_address(url)
-        self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self.tls = is_tls(url)
+        host = self.address.rpartition(":")[0].strip("[]")
+        if self.tls:
+            settings = tls or WorkerTls()
+            options = list(CHANNEL_OPTIONS)
+            if server_name and server_name != host:  # the name checked, and sent in SNI
+                options.append(("grpc.ssl_target_name_override", server_name))
+            self._channel = grpc.aio.secure_channel(
+                self.address, settings.grpc_credentials(), options=options
+            )
+            stream_tls = (settings.ssl_context(), server_name or host)
+        else:
+            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            stream_tls = None
         self.stub = pb_grpc.VllmEngineStub(self._channel)
         # Generate taking the request already serialized.
         self._generate_raw = self._channel.unary_stream(
             GENERATE_PATH, response_deserializer=pb.GenerateResponse.FromString
         )
-        self._streams = StreamChannel(self.address) if stream_client == "mmgate" else None
+        self._streams = (
+            StreamChannel(self.address, tls=stream_tls) if stream_client == "mmgate" else None
+        )
         self.facts: WorkerFacts | None = None
         self.health = health or HealthGate()
         self.breaker = breaker or CircuitBreaker()

@@ -74,10 +74,13 @@ class WorkerProcess:
         host: str = "127.0.0.1",
         port: int | None = None,
         env: dict[str, str] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
         **extra: Any,
     ) -> None:
-        """`env`: over ENGINE_ENV (e.g. vLLM's multiprocessing back on); `extra`: engine
-        arguments."""
+        """`env`: over ENGINE_ENV (e.g. vLLM's multiprocessing back on); `credentials`: how
+        this client reaches a worker serving TLS (its --tls-* flags in `extra`); `extra`:
+        engine arguments."""
+        self._credentials = credentials
         refuse_in_fast_tests(f"{type(self).__name__} on {model}")
         self._env = {**os.environ, **ENGINE_ENV, **(env or {})}
         self.host, self.port = host, port or free_port()
@@ -140,7 +143,10 @@ class WorkerProcess:
 
     def stub(self) -> pb_grpc.VllmEngineStub:
         if not hasattr(self, "_channel"):
-            self._channel = grpc.insecure_channel(self.address)
+            if self._credentials is None:
+                self._channel = grpc.insecure_channel(self.address)
+            else:
+                self._channel = grpc.secure_channel(self.address, self._credentials)
         return pb_grpc.VllmEngineStub(self._channel)
 
     def log_tail(self, lines: int = 60) -> str:

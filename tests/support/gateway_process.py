@@ -48,8 +48,8 @@ class GatewayProcess:
         count = os.environ.get("MMGATE_TEST_API_SERVER_COUNT")
         if count and "--api-server-count" not in extra:
             cmd += ["--api-server-count", count]
-        for worker in workers:
-            cmd += ["--worker", f"grpc://{worker}"]
+        for worker in workers:  # host:port, or a URL (grpcs://host:port)
+            cmd += ["--worker", worker if "://" in worker else f"grpc://{worker}"]
         self._log = open(log_path, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, env=os.environ.copy(), stdout=self._log, stderr=self._log

@@ -55,6 +55,31 @@ VARIANTS = {
             },
         },
     ),
+    "tls": (
+        "tls",
+        {
+            "model": MODEL,
+            "gateway": {"tls": {"secretName": "gateway-https"}},
+            "workerTls": {
+                "enabled": True,
+                "engineSecret": "engine-grpc-tls",
+                "gatewaySecret": "gateway-grpc-tls",
+            },
+        },
+    ),
+    "tls-client-certs": (
+        "mtls",
+        {
+            "model": MODEL,
+            "gateway": {"tls": {"secretName": "gateway-https", "requireClientCert": True}},
+            "workerTls": {
+                "enabled": True,
+                "mutual": False,
+                "engineSecret": "engine-grpc-tls",
+                "gatewaySecret": "gateway-grpc-tls",
+            },
+        },
+    ),
     "llm-d": ("llm", example("values-llmd.yaml")),
     "production": ("prod", example("values-production.yaml")),
     "llm-d-ha": (
@@ -129,6 +154,7 @@ def flag(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
 
 
+TLS_SECRETS = {"enabled": True, "engineSecret": "e", "gatewaySecret": "g"}
 ALL = list(VARIANTS)
 WITH_LLMD = [v for v in VARIANTS if values(v)["llmd"]["enabled"]]
 
@@ -161,6 +187,15 @@ def test_values_are_checked_against_the_values_schema():
         ({"model": MODEL, "engine": {"terminationGracePeriodSeconds": 45}}, "must exceed"),
         ({"model": MODEL, "engine": {"preStopSleepSeconds": 5}}, "at least gateway.dnsInterval"),
         ({"model": MODEL, "engine": {"enabled": False}}, "list the gateways' engines"),
+        (
+            {"model": MODEL, "llmd": {"enabled": True}, "workerTls": TLS_SECRETS},
+            "the InferencePool and its endpoint picker speak h2c",
+        ),
+        ({"model": MODEL, "workerTls": {"enabled": True}}, "needs workerTls.engineSecret"),
+        (
+            {"model": MODEL, "gateway": {"tls": {"requireClientCert": True}}},
+            "requireClientCert needs gateway.tls.secretName",
+        ),
     ],
 )
 def test_a_broken_combination_fails_the_render_naming_it(override, says):
@@ -474,7 +509,8 @@ def test_gateway_args_parse_with_mmgate_serve(variant):
     (http,) = c["ports"]
     assert http["containerPort"] == args.port == v["gateway"]["port"]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert port_number(c, c[probe]["httpGet"]["port"]) == args.port
+        check = c[probe].get("httpGet") or c[probe]["tcpSocket"]
+        assert port_number(c, check["port"]) == args.port
     service = one(variant, "Service", "gateway")
     (service_port,) = service["spec"]["ports"]
     assert port_number(c, service_port["targetPort"]) == args.port
@@ -642,11 +678,16 @@ def test_engine_args_parse_with_mmgate_engine(variant):
     assert args.drain_timeout == v["engine"]["drainTimeout"]
     (grpc,) = c["ports"]
     assert grpc["containerPort"] == args.port == v["engine"]["port"]
-    # Kubernetes' native gRPC probes on the standard health service, on the serving port.
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert c[probe]["grpc"]["port"] == args.port
-    assert c["readinessProbe"]["grpc"]["service"] == SERVICE_NAME
-    assert c["livenessProbe"]["grpc"].get("service", "") == ""  # the server's overall status
+    if v["workerTls"]["enabled"]:
+        # The kubelet's gRPC probe speaks no TLS: the port accepting connections instead.
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert port_number(c, c[probe]["tcpSocket"]["port"]) == args.port
+    else:
+        # Kubernetes' native gRPC probes on the standard health service, on the serving port.
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert c[probe]["grpc"]["port"] == args.port
+        assert c["readinessProbe"]["grpc"]["service"] == SERVICE_NAME
+        assert c["livenessProbe"]["grpc"].get("service", "") == ""  # the server's overall status
     startup = c["startupProbe"]
     assert (
         startup["periodSeconds"] * startup["failureThreshold"]
@@ -655,7 +696,9 @@ def test_engine_args_parse_with_mmgate_engine(variant):
     service = one(variant, "Service", "engine")
     (service_port,) = service["spec"]["ports"]
     assert service_port["port"] == port_number(c, service_port["targetPort"]) == args.port
-    assert service_port["appProtocol"] == "kubernetes.io/h2c"
+    # h2c only in plain text; gRPC over TLS has no Kubernetes-defined appProtocol.
+    expected_protocol = None if v["workerTls"]["enabled"] else "kubernetes.io/h2c"
+    assert service_port.get("appProtocol") == expected_protocol
     # GPUs, as extended resources: requests equal limits.
     gpus = v["engine"]["gpus"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == gpus
@@ -815,3 +858,87 @@ def test_epp_deployment_agrees_with_its_pool_service_and_config(variant):
     (subject,) = binding["subjects"]
     assert subject["name"] == deployment["spec"]["template"]["spec"]["serviceAccountName"]
     assert binding["roleRef"]["name"] == one(variant, "Role")["metadata"]["name"]
+
+
+# ---- TLS: the gateway's HTTPS port and the gateway -> engine hop ------------------------
+
+
+def mounted_from(workload: dict, path: Path) -> tuple[str, str]:
+    """(the Secret, the key in it) a file path in the container comes from."""
+    c = container(workload)
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    for mount in c["volumeMounts"]:
+        if path.parent == Path(mount["mountPath"]):
+            assert mount.get("readOnly") is True
+            secret = volumes[mount["name"]]["secret"]
+            assert secret["defaultMode"] == 0o440  # a private key: not world-readable
+            return secret["secretName"], path.name
+    raise AssertionError(f"{path} is on no mounted volume")
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_gateway_https_flags_come_from_the_secret_and_the_probes_follow(variant):
+    from gateway.cli.serve import build_parser
+    from gateway.server import tls
+
+    g = values(variant)["gateway"]["tls"]
+    deployment = gateway(variant)
+    c = container(deployment)
+    args = build_parser().parse_args(serve_args(variant))
+    notes = chart_notes(variant)
+    if not g["secretName"]:
+        assert args.ssl_certfile is None and args.ssl_keyfile is None
+        assert all(c[p]["httpGet"].get("scheme", "HTTP") == "HTTP" for p in PROBES)
+        assert "OpenAI API: http://" in notes
+        return
+    assert mounted_from(deployment, Path(args.ssl_certfile)) == (g["secretName"], "tls.crt")
+    assert mounted_from(deployment, Path(args.ssl_keyfile)) == (g["secretName"], "tls.key")
+    assert args.enable_ssl_refresh  # a renewed Secret is served without a restart
+    assert "OpenAI API: https://" in notes
+    if g["requireClientCert"]:
+        assert mounted_from(deployment, Path(args.ssl_ca_certs)) == (g["secretName"], "ca.crt")
+        assert args.ssl_cert_reqs == 2 == int(tls.ssl.CERT_REQUIRED)
+        # the kubelet sends no client certificate: an HTTP(S) probe would always fail
+        assert all(set(c[p]) >= {"tcpSocket"} and "httpGet" not in c[p] for p in PROBES)
+    else:
+        assert args.ssl_ca_certs is None
+        assert all(c[p]["httpGet"]["scheme"] == "HTTPS" for p in PROBES)
+
+
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
+
+
+def chart_notes(variant: str) -> str:
+    release, vals = VARIANTS[variant]
+    with helm.Chart.load(str(CHART)) as chart:
+        return chart.render(vals, name=release, namespace=NAMESPACE)["mmgate/templates/NOTES.txt"]
+
+
+@pytest.mark.parametrize("variant", ALL)
+def test_the_worker_hop_is_tls_on_both_ends_or_on_neither(variant):
+    from gateway.cli.serve import build_parser
+    from gateway.workers.tls import is_tls
+
+    w = values(variant)["workerTls"]
+    args = build_parser().parse_args(serve_args(variant))
+    engine_args = engine_parser().parse_args(container(engine(variant))["args"])
+    if not w["enabled"]:
+        assert engine_args.tls_cert_path is None and not args.ca_cert_paths
+        assert not any(is_tls(url) for url in args.worker_dns)
+        return
+    (dns,) = args.worker_dns
+    assert is_tls(dns)
+    gw, eng = gateway(variant), engine(variant)
+    assert mounted_from(eng, engine_args.tls_cert_path) == (w["engineSecret"], "tls.crt")
+    assert mounted_from(eng, engine_args.tls_key_path) == (w["engineSecret"], "tls.key")
+    (ca,) = args.ca_cert_paths
+    assert mounted_from(gw, ca) == (w["gatewaySecret"], "ca.crt")
+    if w["mutual"]:
+        assert mounted_from(eng, engine_args.tls_ca_cert_path) == (w["engineSecret"], "ca.crt")
+        assert mounted_from(gw, args.client_cert_path) == (w["gatewaySecret"], "tls.crt")
+        assert mounted_from(gw, args.client_key_path) == (w["gatewaySecret"], "tls.key")
+    else:
+        assert engine_args.tls_ca_cert_path is None and args.client_cert_path is None
+    # the name the gateway checks the engines' certificate against, printed for the operator
+    host = dns.removeprefix("grpcs://").rsplit(":", 1)[0].rstrip(".")
+    assert f"the engines' certificate must name {host}." in chart_notes(variant)

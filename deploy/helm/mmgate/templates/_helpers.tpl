@@ -101,7 +101,52 @@ topologySpreadConstraints:
 {{- if and .Values.llmd.enabled (not .Values.engine.enabled) -}}
 {{- fail "llmd.enabled needs engine.enabled: the InferencePool selects this release's engine pods" -}}
 {{- end -}}
+{{- if and .Values.workerTls.enabled .Values.llmd.enabled -}}
+{{- fail "workerTls.enabled with llmd.enabled: the InferencePool and its endpoint picker speak h2c to the engines" -}}
+{{- end -}}
+{{- if and .Values.workerTls.enabled (or (not .Values.workerTls.engineSecret) (not .Values.workerTls.gatewaySecret)) -}}
+{{- fail "workerTls.enabled needs workerTls.engineSecret (the engines' certificate) and workerTls.gatewaySecret (the CA the gateways trust)" -}}
+{{- end -}}
+{{- if and .Values.gateway.tls.requireClientCert (not .Values.gateway.tls.secretName) -}}
+{{- fail "gateway.tls.requireClientCert needs gateway.tls.secretName (its ca.crt)" -}}
+{{- end -}}
 {{- if lt (int .Values.engine.preStopSleepSeconds) (int .Values.gateway.dnsInterval) -}}
 {{- fail (printf "engine.preStopSleepSeconds (%v) must be at least gateway.dnsInterval (%v): gateways would still route to an engine that stopped taking calls" .Values.engine.preStopSleepSeconds .Values.gateway.dnsInterval) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the TLS Secrets are mounted in the pods. */}}
+{{- define "mmgate.tlsDir" -}}/etc/mmgate/tls{{- end -}}
+{{- define "mmgate.workerTlsDir" -}}/etc/mmgate/worker-tls{{- end -}}
+
+{{/* The scheme of the gateways' engine addresses. */}}
+{{- define "mmgate.workerScheme" -}}{{ if .Values.workerTls.enabled }}grpcs{{ else }}grpc{{ end }}{{- end -}}
+
+{{/* The gateway's probe: (dict "g" .Values.gateway "path" "/health") */}}
+{{- define "mmgate.gateway.probe" -}}
+{{- if .g.tls.requireClientCert -}}
+tcpSocket:
+  port: http
+{{- else -}}
+httpGet:
+  path: {{ .path }}
+  port: http
+  {{- if .g.tls.secretName }}
+  scheme: HTTPS
+  {{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The engine's probe: (dict "root" $ "service" "NAME" or "") */}}
+{{- define "mmgate.engine.probe" -}}
+{{- if .root.Values.workerTls.enabled -}}
+tcpSocket:
+  port: grpc
+{{- else -}}
+grpc:
+  port: {{ .root.Values.engine.port }}
+  {{- with .service }}
+  service: {{ . }}
+  {{- end }}
 {{- end -}}
 {{- end -}}

@@ -13,7 +13,9 @@ def test_a_malformed_worker_address_is_a_usage_error(flag, tmp_path, capsys):
         main(["--model", str(tmp_path), flag, "http://engine:50051"])
     assert exited.value.code == 2
     error = capsys.readouterr().err
-    assert "must look like grpc://HOST:PORT, got 'http://engine:50051'" in error
+    assert (
+        "must look like grpc://HOST:PORT or grpcs://HOST:PORT, got 'http://engine:50051'" in error
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,8 @@ GOOD = {
         "engine-0.engines.default.svc.cluster.local:50051"
     ),
     "localhost:1": "localhost:1",
+    "grpcs://engine.example:443": "engine.example:443",
+    "grpcs://[::1]:50051": "[::1]:50051",
 }
 BAD = [
     "grpc://a:0",  # no port 0
@@ -26,6 +28,9 @@ BAD = [
     "grpc://£/&:1",
     "grpc://:5",
     "http://a:1",
+    "https://a:1",
+    "grpcs://grpc://a:1",
+    "grpc://grpcs://a:1",
     "a",
 ]
 
