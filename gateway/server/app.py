@@ -41,7 +41,6 @@ from gateway.observability.tracing import configure as configure_tracing
 from gateway.playground.routes import playground_routes
 from gateway.ratelimit.callers import key_callers
 from gateway.ratelimit.limiter import RateLimiter
-from gateway.ratelimit.middleware import RateLimitMiddleware
 from gateway.render.bundle import unpack_bundle
 from gateway.render.model_files import ModelFiles, is_model_dir
 from gateway.render.prompt import PromptBuilder
@@ -59,6 +58,7 @@ from gateway.server.middleware import (
 from gateway.server.openapi import install as install_openapi
 from gateway.server.processes.member import Member
 from gateway.server.processes.shared import SharedAdmission
+from gateway.server.rate_limit import RateLimitMiddleware
 from gateway.server.routes import VERSION, admitted_paths, hot_handlers
 from gateway.server.routes import install as install_routes
 from gateway.stream.logprobs import TokenTexts

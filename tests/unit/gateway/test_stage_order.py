@@ -20,7 +20,8 @@ TIERS: list[set[str]] = [
     {"parsers", "render", "stream"},
     {"workers"},
     {"transport"},
-    {"observability"},
+    # rate limits' buckets and the meter generation charges (their middleware is server's)
+    {"observability", "ratelimit"},
     {"errors"},
 ]
 TIER = {stage: depth for depth, stages in enumerate(TIERS) for stage in stages}

@@ -15,10 +15,10 @@ from gateway.observability.metrics import GatewayMetrics
 from gateway.ratelimit import usage
 from gateway.ratelimit.callers import key_callers, key_hash
 from gateway.ratelimit.limiter import RateLimiter
-from gateway.ratelimit.middleware import RateLimitMiddleware, refusal_body, retry_after
 from gateway.ratelimit.policy import Limit, Policy, RateLimits
 from gateway.server.access import Surfaces
 from gateway.server.middleware import ApiKeyMiddleware, RequestMiddleware
+from gateway.server.rate_limit import RateLimitMiddleware, refusal_body, retry_after
 
 RED, BLUE, PLAIN = "sk-red:with:colons-1", "sk-blue-2", "sk-plain-3"
 LABELS = {RED: "team-red", BLUE: "team-blue"}

@@ -1,4 +1,5 @@
-"""ASGI middleware: refuse a generation request over its caller's rate limits with a 429.
+"""ASGI middleware: refuse a generation request over its caller's rate limits (the buckets
+of gateway.ratelimit) with a 429.
 
 It runs inside ApiKeyMiddleware (which names the caller whose key matched) and outside
 admission: a refused request never takes or waits for a slot.
