@@ -292,3 +292,22 @@ def generate(stub: pb_grpc.VllmEngineStub, request: pb.GenerateRequest) -> list:
 
 def python() -> str:
     return sys.executable
+
+
+def direct_chat(
+    stub: pb_grpc.VllmEngineStub, model_dir: Path | str, messages: list[dict], max_tokens: int
+) -> tuple[list[int], list[int], str]:
+    """What a worker generates, greedily, for the chat-templated `messages`, asked directly
+    over gRPC (no gateway): the prompt ids, the output ids and their text."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    req = pb.GenerateRequest(
+        request_id="direct",
+        tokenized=pb.TokenizedInput(input_ids=ids),
+        sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=max_tokens),
+    )
+    (done,) = [r.complete for r in stub.Generate(req)]
+    return ids, list(done.output_ids), tokenizer.decode(done.output_ids, skip_special_tokens=True)

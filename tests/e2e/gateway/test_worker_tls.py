@@ -23,8 +23,7 @@ import httpx
 import openai
 import pytest
 
-from protos import vllm_engine_pb2 as pb
-from tests.support.engines import WorkerProcess, free_port
+from tests.support.engines import WorkerProcess, direct_chat, free_port
 from tests.support.gateway_process import GatewayProcess, read_chat_stream
 from tests.support.smg import smg_binary
 from tests.support.tls_certs import TestCa
@@ -77,18 +76,7 @@ def engine(text_model, certs, tmp_path_factory) -> Iterator[WorkerProcess]:
 @pytest.fixture(scope="module")
 def expected(engine, text_model) -> str:
     """What the engine generates for the chat-templated prompt, asked directly (over mTLS)."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(text_model)
-    ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)
-    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    req = pb.GenerateRequest(
-        request_id="direct",
-        tokenized=pb.TokenizedInput(input_ids=ids),
-        sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS),
-    )
-    (done,) = [r.complete for r in engine.stub().Generate(req)]
-    return tokenizer.decode(done.output_ids, skip_special_tokens=True)
+    return direct_chat(engine.stub(), text_model, MESSAGES, MAX_TOKENS)[2]
 
 
 def test_the_engine_says_it_serves_mutual_tls(engine) -> None:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from protos import vllm_engine_pb2 as pb
-from tests.support.engines import free_port
+from tests.support.engines import direct_chat, free_port
 from tests.support.smg import run_smg, smg_client
 
 MESSAGES = [{"role": "user", "content": "Write a haiku about the sea."}]
@@ -33,18 +33,7 @@ def smg(text_worker, tmp_path_factory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def expected(text_worker, text_model):
     """What our worker generates for the chat-templated prompt, asked directly."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(text_model)
-    ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)
-    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    req = pb.GenerateRequest(
-        request_id="direct",
-        tokenized=pb.TokenizedInput(input_ids=ids),
-        sampling_params=pb.SamplingParams(temperature=0.0, max_tokens=12),
-    )
-    (done,) = [r.complete for r in text_worker.stub().Generate(req)]
-    return ids, list(done.output_ids), tokenizer.decode(done.output_ids, skip_special_tokens=True)
+    return direct_chat(text_worker.stub(), text_model, MESSAGES, 12)
 
 
 def client(base: str):

@@ -7,33 +7,10 @@ from __future__ import annotations
 import pytest
 
 from gateway.cli import serve
-from gateway.observability import request_log
 from gateway.ratelimit.callers import canonical_caller, key_caller, key_hash, parse_labelled_key
 from gateway.ratelimit.policy import Limit, Policy, parse_config
-from gateway.server import tls
-from gateway.server.config import GatewayConfig
 
 KEY = "sk-live:abc:def"  # a key holding ':'
-
-
-@pytest.fixture
-def served(monkeypatch):
-    """Runs serve.main on argv; returns the config the app was built with."""
-    from gateway.server import app as app_module
-
-    built: list[GatewayConfig] = []
-    for name in ("VLLM_API_KEY", "MMGATE_API_KEYS", "MMGATE_TENANT_API_KEYS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(app_module, "create_app", lambda config: built.append(config))
-    monkeypatch.setattr(tls.Server, "run", lambda self: setattr(self, "started", True))
-    monkeypatch.setattr(request_log, "configure_logging", lambda *a, **k: None)
-
-    def run(*argv: str) -> GatewayConfig:
-        base = ["--model", ".", "--worker", "grpc://127.0.0.1:9"]
-        assert serve.main([*base, *argv]) == 0
-        return built[-1]
-
-    return run
 
 
 def test_a_labelled_key_splits_at_the_first_colon():

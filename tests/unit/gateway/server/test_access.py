@@ -11,10 +11,8 @@ import pytest
 from starlette.responses import PlainTextResponse
 from starlette.testclient import TestClient
 
-from gateway.cli import serve
-from gateway.observability import request_log
 from gateway.ratelimit.policy import Limit, Policy, RateLimits
-from gateway.server import middleware, tls
+from gateway.server import middleware
 from gateway.server.access import (
     Surfaces,
     admin_enabled,
@@ -230,28 +228,6 @@ def test_posture_with_the_insecure_admin_flag():
 
 
 # ---- through `mmgate serve`: the flags, files and env into the config and the posture line
-
-
-@pytest.fixture
-def served(monkeypatch):
-    """Runs serve.main on argv; returns the config the app was built with."""
-    from gateway.server import app as app_module
-
-    built: list[GatewayConfig] = []
-    for name in ("VLLM_API_KEY", "MMGATE_API_KEYS", "MMGATE_ADMIN_API_KEYS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(app_module, "create_app", lambda config: built.append(config))
-    # serve.main runs tls.Server (uvicorn's Server), not uvicorn.run: without this the test
-    # binds port 8000 for real, and fails when something else holds it
-    monkeypatch.setattr(tls.Server, "run", lambda self: setattr(self, "started", True))
-    monkeypatch.setattr(request_log, "configure_logging", lambda *a, **k: None)
-
-    def run(*argv: str) -> GatewayConfig:
-        base = ["--model", ".", "--worker", "grpc://127.0.0.1:9"]
-        assert serve.main([*base, *argv]) == 0
-        return built[-1]
-
-    return run
 
 
 def test_serve_with_no_new_flags_keeps_todays_keys(served, monkeypatch, caplog):
