@@ -59,7 +59,7 @@ from gateway.server.openapi import install as install_openapi
 from gateway.server.processes.member import Member
 from gateway.server.processes.shared import SharedAdmission
 from gateway.server.rate_limit import RateLimitMiddleware
-from gateway.server.routes import VERSION, admitted_paths, hot_handlers
+from gateway.server.routes import ROUTES, VERSION, admitted_paths, hot_handlers, without_admin
 from gateway.server.routes import install as install_routes
 from gateway.stream.logprobs import TokenTexts
 from gateway.workers.pool import WorkerPool
@@ -149,10 +149,12 @@ def create_app(config: GatewayConfig, member: Member | None = None) -> ASGIApp:
     app.state.media_cache = None
     metrics.watch(MediaCacheCollector(lambda: app.state.media_cache))
     _exception_handlers(app)
-    install_routes(app)
+    # /admin off: its routes are not there at all, so neither served nor documented
+    routes = ROUTES if config.admin_enabled else without_admin(ROUTES)
+    install_routes(app, routes)
     if config.playground:
         app.include_router(playground_routes())
-    install_openapi(app)
+    install_openapi(app, routes)
     return _middleware(app, config, metrics, admission)
 
 

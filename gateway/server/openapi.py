@@ -62,13 +62,13 @@ def _stub(route: Route) -> Any:
     return stub
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, routes: tuple[Route, ...] = ROUTES) -> None:
     """Serve the document of the route table in place of FastAPI's own."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             app.openapi_schema = get_openapi(
-                title=app.title, version=app.version, routes=documented_routes().routes
+                title=app.title, version=app.version, routes=documented_routes(routes).routes
             )
         return app.openapi_schema
 

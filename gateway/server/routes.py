@@ -276,6 +276,11 @@ def paths(routes: tuple[Route, ...] = ROUTES) -> set[str]:
     return {route.path for route in routes}
 
 
+def without_admin(routes: tuple[Route, ...]) -> tuple[Route, ...]:
+    """The table without /admin (off on a non-loopback bind with no admin key)."""
+    return tuple(route for route in routes if not route.path.startswith("/admin"))
+
+
 def install(app: FastAPI, routes: tuple[Route, ...] = ROUTES) -> None:
     """The table's other routes as FastAPI routes. They are left out of FastAPI's own document:
     `gateway.server.openapi` describes every route of the table, bodies included."""

@@ -136,6 +136,11 @@ def test_admin_off_answers_as_a_path_that_does_not_exist():
         assert (off.status_code, off.json()) == (absent.status_code, absent.json())
         assert off.status_code == 404
     assert client.get("/health").status_code == 200
+    documented = client.get("/openapi.json").json()["paths"]
+    assert "/v1/chat/completions" in documented
+    assert not [path for path in documented if path.startswith("/admin")]
+    on = TestClient(create_app(GatewayConfig(model=".", workers=["grpc://127.0.0.1:9"])))
+    assert "/admin/workers" in on.get("/openapi.json").json()["paths"]
 
 
 def test_several_api_keys_each_pass_in_either_header():
