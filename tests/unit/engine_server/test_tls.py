@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 
 import grpc
 import pytest
@@ -100,3 +101,51 @@ def test_mutual_tls_requires_a_client_certificate_from_the_ca(certs, client, adm
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         asyncio.run(_call(settings, certs, client))
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def _served_certificates(settings: ServerTls, certs, steps) -> list[bytes]:
+    """The certificate a new connection is shown after each step (a callable changing the
+    files), and an echo call over gRPC after the last."""
+    server = grpc.aio.server()
+    handler = grpc.method_handlers_generic_handler(
+        "test.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(_echo)}
+    )
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_secure_port("127.0.0.1:0", settings.credentials())
+    await server.start()
+    context = ssl.create_default_context(cafile=str(certs["ca"].path))
+    context.set_alpn_protocols(["h2"])
+    shown = []
+    try:
+        for step in steps:
+            step()
+            _, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=context, server_hostname="localhost"
+            )
+            shown.append(writer.get_extra_info("ssl_object").getpeercert(binary_form=True))
+            writer.close()
+        credentials = grpc.ssl_channel_credentials(certs["ca"].path.read_bytes())
+        async with grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials) as channel:
+            assert await channel.unary_unary(PATH)(b"hi", timeout=10) == b"hi"
+    finally:
+        await server.stop(None)
+    return shown
+
+
+def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(tmp_path) -> None:
+    ca = TestCa(tmp_path)
+    pair = ca.issue("engine", server=True)
+    settings = from_args(_args(pair.cert, pair.key))
+    first = pair.der()
+    renewed: list[bytes] = []
+
+    def renew() -> None:
+        ca.issue("engine", server=True, into=pair)
+        renewed.append(pair.der())
+
+    def break_it() -> None:  # a Secret half written: the last good certificate stays
+        pair.cert.write_text("-----BEGIN CERTIFICATE-----\nnot one\n")
+
+    shown = asyncio.run(_served_certificates(settings, {"ca": ca}, [lambda: None, renew, break_it]))
+    assert renewed[0] != first
+    assert shown == [first, renewed[0], renewed[0]]
