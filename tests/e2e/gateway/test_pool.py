@@ -15,7 +15,7 @@ import pytest
 
 from gateway.workers.pool import PoolOptions, WorkerPool
 from protos import vllm_engine_pb2 as pb
-from tests.support.engines import serve_worker
+from tests.support.engines import WorkerProcess, serve_worker
 from tests.support.gateway_process import GatewayProcess
 
 
@@ -319,6 +319,24 @@ def test_over_limit_load_is_refused_fast(text_model, text_worker, tmp_path):
         gateway.stop()
 
 
+def _three_frozen_streams(gateway: GatewayProcess, doomed: WorkerProcess) -> list[Stream]:
+    """Three streams on `doomed`, each past its first token, and `doomed` frozen. A loaded
+    machine may begin one stream seconds after the others, long enough for those to finish
+    their 990 tokens before the freeze: such streams are replaced until three are live."""
+    live: list[Stream] = []
+    for _ in range(5):
+        live += [Stream(gateway, max_tokens=990) for _ in range(3 - len(live))]
+        for stream in live:
+            assert stream.started.wait(60)
+        doomed.freeze()
+        time.sleep(0.5)  # what a finished stream had still in flight reaches it
+        live = [stream for stream in live if stream.thread.is_alive()]
+        if len(live) == 3:
+            return live
+        doomed.thaw()
+    raise AssertionError("never had three streams live on the worker at once")
+
+
 def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tmp_path):
     """Streams on the killed worker end with an error event, new requests go to the other,
     nothing hangs. The gateway starts with the doomed worker alone: it takes three streams,
@@ -332,10 +350,7 @@ def test_killing_a_worker_mid_load(text_model, text_worker, tmp_path_factory, tm
     flags = ["--health-interval", "60", "--breaker-failures", "4", "--policy", "least_requests"]
     gateway = start_gateway(text_model, [doomed.address], tmp_path, *flags)
     try:
-        on_doomed = [Stream(gateway, max_tokens=990) for _ in range(3)]
-        for stream in on_doomed:
-            assert stream.started.wait(60)
-        doomed.freeze()
+        on_doomed = _three_frozen_streams(gateway, doomed)
         other = {"url": f"grpc://{text_worker.address}"}
         added = httpx.post(f"{gateway.base_url}/admin/workers", json=other, timeout=30)
         assert added.status_code == 201 and added.json()["eligible"], added.text
