@@ -64,7 +64,8 @@ async def _echo(request: bytes, context) -> bytes:
     return request
 
 
-async def _call(settings: ServerTls, certs, client: str | None) -> bytes:
+async def _echo_server(settings: ServerTls) -> tuple[grpc.aio.Server, int]:
+    """A started gRPC server on the engine's TLS credentials, echoing test.Echo/Echo."""
     server = grpc.aio.server()
     handler = grpc.method_handlers_generic_handler(
         "test.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(_echo)}
@@ -72,6 +73,11 @@ async def _call(settings: ServerTls, certs, client: str | None) -> bytes:
     server.add_generic_rpc_handlers((handler,))
     port = server.add_secure_port("127.0.0.1:0", settings.credentials())
     await server.start()
+    return server, port
+
+
+async def _call(settings: ServerTls, certs, client: str | None) -> bytes:
+    server, port = await _echo_server(settings)
     pair = certs[client] if client else None
     credentials = grpc.ssl_channel_credentials(
         certs["ca"].path.read_bytes(),
@@ -106,13 +112,7 @@ def test_mutual_tls_requires_a_client_certificate_from_the_ca(certs, client, adm
 async def _served_certificates(settings: ServerTls, certs, steps) -> list[bytes]:
     """The certificate a new connection is shown after each step (a callable changing the
     files), and an echo call over gRPC after the last."""
-    server = grpc.aio.server()
-    handler = grpc.method_handlers_generic_handler(
-        "test.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(_echo)}
-    )
-    server.add_generic_rpc_handlers((handler,))
-    port = server.add_secure_port("127.0.0.1:0", settings.credentials())
-    await server.start()
+    server, port = await _echo_server(settings)
     context = ssl.create_default_context(cafile=str(certs["ca"].path))
     context.set_alpn_protocols(["h2"])
     shown = []
